@@ -1,0 +1,36 @@
+# Two commands a newcomer needs: `make demo` and `make test`.
+# Both create (or reuse) .venv and install the project with its dev extras into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test test-unit test-integration demo bench check-tools clean
+
+check-tools:
+	@scripts/check-tools.sh "$(PYTHON)"
+
+$(STAMP): pyproject.toml
+	@$(MAKE) --no-print-directory check-tools
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+test-integration: $(STAMP)
+	$(PY) -m pytest tests/integration
+
+demo: $(STAMP)
+	$(PY) -m backlog_source.cli demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/read_throughput.py
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache
