@@ -1,0 +1,164 @@
+"""The Spark-facing surface: ``spark.readStream.format("backlog")``.
+
+Thin adapters only. Planning lives in :mod:`enumerator`, reading in :mod:`reader`.
+
+Which process runs what:
+
+* ``BacklogDataSource.__init__`` and ``schema``: the Python worker Spark starts when the
+  query calls ``load()`` (a bad option fails there, before any data is read).
+* ``BacklogStreamReader.initialOffset``, ``latestOffset``, ``partitions``, ``commit``,
+  ``getDefaultReadLimit``, ``reportLatestOffset``, ``prepareForTriggerAvailableNow``: one
+  long-lived Python worker on the driver, for the life of the query run.
+* ``BacklogStreamReader.read``: Python workers on executors, on a copy of the reader that
+  Spark pickled when it planned the query. That copy holds settings only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from backlog_source.buckets import to_nested
+from backlog_source.errors import ConfigError
+from backlog_source.schema import kafka_schema
+from backlog_source.settings import SourceSettings, parse_options
+from enumerator.enumerator import Enumerator, ReadBudget
+from enumerator.kafka_admin import KafkaOffsetsClient
+from enumerator.offsets import SourceOffset
+from enumerator.planner import plan_ranges
+from reader.kafka_reader import read_split
+from reader.split import KafkaSplit
+
+
+class BacklogDataSource(DataSource):
+    """A drop-in replacement for Spark's Kafka source, registered as ``"backlog"``.
+
+    >>> spark.dataSource.register(BacklogDataSource)
+    >>> spark.readStream.format("backlog").option("subscribe", "orders")...
+    """
+
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        self.settings = parse_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "backlog"
+
+    def schema(self) -> StructType:
+        return kafka_schema(self.settings.include_headers)
+
+    def streamReader(self, schema: StructType) -> "BacklogStreamReader":
+        expected = kafka_schema(self.settings.include_headers)
+        if schema != expected:
+            raise ConfigError(
+                "format('backlog') has a fixed schema, like Spark's Kafka source; remove the "
+                f".schema(...) call. Expected {expected.simpleString()}, got {schema.simpleString()}"
+            )
+        return BacklogStreamReader(self.settings)
+
+    def reader(self, schema: StructType):
+        raise ConfigError(
+            "format('backlog') is a streaming source: use spark.readStream, not spark.read"
+        )
+
+
+class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's stream-reader hooks, delegating to :class:`~enumerator.enumerator.Enumerator`
+    on the driver and to :func:`~reader.kafka_reader.read_split` on executors."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self._enumerator: Enumerator | None = None
+
+    def __getstate__(self) -> dict:
+        # Spark pickles this object for executors: settings only, never a Kafka client.
+        return {"settings": self.settings, "_enumerator": None}
+
+    @property
+    def enumerator(self) -> Enumerator:
+        if self._enumerator is None:
+            self._enumerator = Enumerator(self.settings, KafkaOffsetsClient(self.settings))
+        return self._enumerator
+
+    # -- driver --------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return self.enumerator.initial_offset().to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.settings.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.settings.max_offsets_per_trigger)
+        if self.settings.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.settings.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start_offset = SourceOffset.from_json(start)
+        end = self.enumerator.latest_offset(start_offset, self._budget(limit))
+        # Returning the very dict Spark gave us tells it there is nothing new to run.
+        return start if end == start_offset else end.to_json()
+
+    def _budget(self, limit: ReadLimit) -> ReadBudget:
+        # Spark's Python API has no composite limit; the default limit stands for both of the
+        # user's options. Any other limit Spark passes (ReadAllAvailable for Trigger.Once,
+        # say) must be honoured as given.
+        if isinstance(limit, ReadMaxRows):
+            return ReadBudget(max_records=limit.max_rows, min_records=self.settings.min_offsets_per_trigger)
+        if isinstance(limit, ReadMinRows):
+            return ReadBudget(min_records=limit.min_rows)
+        return ReadBudget()
+
+    def reportLatestOffset(self) -> dict | None:
+        latest = self.enumerator.report_latest()
+        return to_nested(latest) if latest else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.enumerator.prepare_for_available_now()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Pure function of ``start`` and ``end``: a replayed batch gets the same splits."""
+        first, last = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        ranges = plan_ranges(
+            first.positions,
+            last.positions,
+            min_partitions=self.settings.min_partitions,
+            max_records_per_partition=self.settings.max_records_per_partition,
+        )
+        return [
+            KafkaSplit(
+                topic=r.bucket.topic,
+                partition=r.bucket.partition,
+                start=r.start,
+                end=r.end,
+                boundary=first.backlog.get(r.bucket),
+                source_id=first.source_id,
+                traceparent=first.trace,
+            )
+            for r in ranges
+        ]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._enumerator is not None:
+            self._enumerator.close()
+            self._enumerator = None
+
+    # -- executors -----------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaSplit):
+            raise TypeError(f"expected a KafkaSplit, got {type(partition).__name__}")
+        return read_split(partition, self.settings)

@@ -1,0 +1,280 @@
+"""The enumerator: decides what each micro-batch reads.
+
+Which process: the Python worker Spark starts on the driver for the stream reader. Spark
+keeps that worker for the life of the query and calls ``initialOffset``, ``latestOffset``,
+``partitions`` and ``commit`` on one object, so in-memory state here lives as long as the
+query run; anything that must survive a restart is in the offset dict
+(:class:`~enumerator.offsets.SourceOffset`) instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from backlog_source.buckets import Bucket
+from backlog_source.errors import ConfigError, DataLossError
+from backlog_source.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
+from enumerator.kafka_admin import OffsetsClient
+from enumerator.offsets import SourceOffset
+from enumerator.planner import lag, rate_limit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadBudget:
+    """How much one batch may read, from Spark's read limit (see ``BacklogStreamReader``).
+
+    ``max_records``: at most this many records in total (None: no cap).
+    ``min_records``: skip the batch while fewer are available, unless ``maxTriggerDelay``
+    has passed since the last batch (None: no minimum).
+    """
+
+    max_records: int | None = None
+    min_records: int | None = None
+
+
+class Enumerator:
+    """Plans offsets for one source of one query run. Not thread-safe; Spark calls it serially."""
+
+    def __init__(
+        self,
+        settings: SourceSettings,
+        client: OffsetsClient,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._client = client
+        self._clock = clock
+        self._available_now_target: dict[Bucket, int] | None = None
+        # maxTriggerDelay counts from the start of this run, then from each batch.
+        self._last_batch_at = clock()
+        self._latest: dict[Bucket, int] = {}
+        self._warned: set[str] = set()
+
+    # ---------------------------------------------------------------- subscription
+
+    def subscribed_buckets(self) -> set[Bucket]:
+        """The buckets the subscription covers now (one metadata request)."""
+        settings = self._settings
+        if settings.assign is not None:
+            return set(settings.assign)
+        counts = self._client.partition_counts()
+        if settings.subscribe is not None:
+            topics = [t for t in settings.subscribe if t in counts]
+            missing = sorted(set(settings.subscribe) - set(counts))
+            if missing:
+                self._warn_once(
+                    f"missing:{missing}",
+                    "subscribed topic(s) %s do not exist yet; the query reads them once they appear",
+                    ", ".join(missing),
+                )
+        else:
+            pattern = re.compile(settings.subscribe_pattern or "")
+            topics = [t for t in counts if pattern.fullmatch(t) and t != settings.backlog_events_topic]
+        return {Bucket(topic, p) for topic in topics for p in range(counts[topic])}
+
+    # ---------------------------------------------------------------- Spark hooks
+
+    def initial_offset(self) -> SourceOffset:
+        """Where a new query starts: ``startingTimestamp``, else ``startingOffsetsByTimestamp``,
+        else ``startingOffsets`` (Spark's precedence).
+
+        Raises :class:`ConfigError` when the starting options do not fit the subscription.
+        """
+        buckets = self.subscribed_buckets()
+        if self._settings.assign is not None:
+            self._check_assigned_exist(buckets)
+        positions = self._starting_positions(buckets)
+        return SourceOffset(source_id=uuid.uuid4().hex, positions=positions)
+
+    def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
+        """The end of the next batch that starts at ``start``; ``start`` itself when there is
+        nothing to read (Spark then runs no batch).
+
+        Discovers new buckets (added at their earliest offset, read from the next batch on),
+        handles vanished buckets and offsets that moved backwards per ``failOnDataLoss``, and
+        applies ``budget``. Raises :class:`DataLossError` or
+        :class:`~backlog_source.errors.KafkaUnavailableError`.
+        """
+        current = self.subscribed_buckets() if self._settings.assign is None else set(self._settings.assign)
+        positions = dict(start.positions)
+        self._drop_vanished(positions, current)
+        new_buckets = current - positions.keys()
+        if new_buckets:
+            earliest = self._client.earliest_offsets(new_buckets)
+            for bucket in sorted(new_buckets):
+                log.info("discovered %s; it is read from its earliest offset %d", bucket, earliest[bucket])
+            positions.update(earliest)
+
+        latest = self._client.latest_offsets(positions.keys()) if positions else {}
+        self._latest = latest
+        self._handle_moved_backwards(positions, latest)
+
+        target = latest
+        if self._available_now_target is not None:
+            # Trigger.AvailableNow: never past what existed when the query started; buckets
+            # that appeared later stay where they are.
+            target = {b: min(latest[b], self._available_now_target.get(b, positions[b])) for b in positions}
+            target = {b: max(target[b], positions[b]) for b in positions}
+
+        end_positions = self._apply_budget(positions, target, budget)
+        end = replace(start, positions=end_positions)
+        if end == start:
+            return start
+        if end.positions != start.positions:
+            self._last_batch_at = self._clock()
+        return end
+
+    def prepare_for_available_now(self) -> None:
+        """Record the latest offsets now: an AvailableNow run reads up to them and stops."""
+        buckets = self.subscribed_buckets()
+        self._available_now_target = self._client.latest_offsets(buckets) if buckets else {}
+
+    def report_latest(self) -> dict[Bucket, int]:
+        """The latest offsets seen by the last ``latest_offset`` call (for progress reports)."""
+        return dict(self._latest)
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ---------------------------------------------------------------- helpers
+
+    def _apply_budget(
+        self, positions: Mapping[Bucket, int], target: Mapping[Bucket, int], budget: ReadBudget
+    ) -> dict[Bucket, int]:
+        available = sum(lag(positions, target).values())
+        if (
+            budget.min_records is not None
+            and self._available_now_target is None  # AvailableNow must reach its end
+            and 0 < available < budget.min_records
+            and (self._clock() - self._last_batch_at) * 1000 < self._settings.max_trigger_delay_ms
+        ):
+            return dict(positions)
+        if budget.max_records is not None:
+            return rate_limit(positions, target, budget.max_records)
+        return {b: max(positions[b], target.get(b, positions[b])) for b in positions}
+
+    def _drop_vanished(self, positions: dict[Bucket, int], current: set[Bucket]) -> None:
+        vanished = sorted(set(positions) - current)
+        if not vanished:
+            return
+        described = ", ".join(f"{b} (next offset {positions[b]})" for b in vanished)
+        if self._settings.fail_on_data_loss:
+            raise DataLossError(
+                f"partition(s) {described} no longer exist; records not yet read from them may be "
+                "lost. Set failOnDataLoss=false to continue without them"
+            )
+        log.warning("partition(s) %s no longer exist; continuing without them (failOnDataLoss=false)", described)
+        for bucket in vanished:
+            del positions[bucket]
+
+    def _handle_moved_backwards(self, positions: dict[Bucket, int], latest: Mapping[Bucket, int]) -> None:
+        moved = sorted(b for b in positions if latest[b] < positions[b])
+        if not moved:
+            return
+        described = ", ".join(f"{b} (next offset {positions[b]}, log end now {latest[b]})" for b in moved)
+        if self._settings.fail_on_data_loss:
+            raise DataLossError(
+                f"offsets moved backwards for {described}: the topic was deleted and re-created or "
+                "truncated, so records may have been lost. Set failOnDataLoss=false to continue from "
+                "the earliest offset"
+            )
+        earliest = self._client.earliest_offsets(moved)
+        log.warning("offsets moved backwards for %s; continuing from the earliest offset (failOnDataLoss=false)", described)
+        for bucket in moved:
+            positions[bucket] = earliest[bucket]
+
+    def _check_assigned_exist(self, buckets: set[Bucket]) -> None:
+        counts = self._client.partition_counts()
+        missing = sorted(b for b in buckets if b.partition >= counts.get(b.topic, 0))
+        if missing:
+            raise ConfigError(
+                f"option 'assign' names partition(s) that do not exist: {', '.join(map(str, missing))}"
+            )
+
+    def _starting_positions(self, buckets: set[Bucket]) -> dict[Bucket, int]:
+        settings = self._settings
+        if not buckets:
+            return {}
+        if settings.starting_timestamp is not None:
+            return self._positions_for_timestamps(
+                "startingTimestamp", {b: settings.starting_timestamp for b in buckets}
+            )
+        if settings.starting_offsets_by_timestamp is not None:
+            by_timestamp = settings.starting_offsets_by_timestamp
+            self._check_covers("startingOffsetsByTimestamp", by_timestamp, buckets)
+            return self._positions_for_timestamps(
+                "startingOffsetsByTimestamp", {b: by_timestamp[b] for b in buckets}
+            )
+        starting = settings.starting_offsets
+        if starting is StartingPoint.EARLIEST:
+            return self._client.earliest_offsets(buckets)
+        if starting is StartingPoint.LATEST:
+            return self._client.latest_offsets(buckets)
+        self._check_covers("startingOffsets", starting, buckets)
+        return self._specific_positions({b: starting[b] for b in buckets})
+
+    def _check_covers(self, option: str, given: Mapping[Bucket, int], buckets: set[Bucket]) -> None:
+        missing = sorted(buckets - given.keys())
+        extra = sorted(given.keys() - buckets)
+        if missing:
+            raise ConfigError(
+                f"option '{option}' must give every subscribed partition a value; missing: "
+                f"{', '.join(map(str, missing))} (use -2 for earliest, -1 for latest)"
+            )
+        if extra:
+            raise ConfigError(
+                f"option '{option}' names partition(s) the subscription does not include: "
+                f"{', '.join(map(str, extra))}"
+            )
+
+    def _specific_positions(self, requested: Mapping[Bucket, int]) -> dict[Bucket, int]:
+        earliest = self._client.earliest_offsets(requested.keys())
+        latest = self._client.latest_offsets(requested.keys())
+        positions = {}
+        for bucket, offset in requested.items():
+            if offset == EARLIEST:
+                positions[bucket] = earliest[bucket]
+            elif offset == LATEST:
+                positions[bucket] = latest[bucket]
+            elif offset < earliest[bucket]:
+                message = (
+                    f"option 'startingOffsets' asks for offset {offset} of {bucket}, but its earliest "
+                    f"available offset is {earliest[bucket]}: records {offset}..{earliest[bucket] - 1} are gone"
+                )
+                if self._settings.fail_on_data_loss:
+                    raise DataLossError(message + ". Set failOnDataLoss=false to start at the earliest offset")
+                log.warning("%s; starting at %d (failOnDataLoss=false)", message, earliest[bucket])
+                positions[bucket] = earliest[bucket]
+            elif offset > latest[bucket]:
+                raise ConfigError(
+                    f"option 'startingOffsets' asks for offset {offset} of {bucket}, beyond its log end "
+                    f"{latest[bucket]}; use -1 for latest"
+                )
+            else:
+                positions[bucket] = offset
+        return positions
+
+    def _positions_for_timestamps(self, option: str, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int]:
+        found = self._client.offsets_for_timestamps(timestamps)
+        unmatched = sorted(b for b, offset in found.items() if offset is None)
+        if unmatched and self._settings.starting_offsets_by_timestamp_strategy == "error":
+            raise ConfigError(
+                f"option '{option}': no record at or after the given timestamp in "
+                f"{', '.join(f'{b} (timestamp {timestamps[b]})' for b in unmatched)}. Set "
+                "startingOffsetsByTimestampStrategy=latest to start those partitions at their latest offset"
+            )
+        latest = self._client.latest_offsets(unmatched) if unmatched else {}
+        return {b: (offset if offset is not None else latest[b]) for b, offset in found.items()}
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)

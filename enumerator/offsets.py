@@ -1,0 +1,92 @@
+"""The offset dict: everything the source checkpoints, as versioned JSON.
+
+Spark stores the dict that ``latestOffset`` returns in the query's offset log and hands it
+back as ``start``/``end`` of a batch, also after a restart. So it must hold everything a
+replayed batch needs: read positions and the backlog state of every bucket.
+
+Shape, version 1::
+
+    {"v": 1,
+     "source_id": "7f0c…",                      # stable for the life of the checkpoint
+     "positions": {"orders": {"0": 1234}},     # next offset to read, Spark's Kafka shape
+     "backlog": {"orders": {"1": 5000}},       # boundary of each bucket still in backlog
+     "processing_backlog": true,                # == bool(backlog)
+     "events_position": 17,                     # next control-topic offset to read
+     "trace": "00-…-…-01"}                       # W3C traceparent of the backlog phase, or null
+
+Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
+each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
+position reaches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from backlog_source.buckets import Bucket, from_nested, to_nested
+from backlog_source.errors import OffsetFormatError
+
+VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One checkpointed offset of the source; immutable, compared by value."""
+
+    source_id: str
+    positions: dict[Bucket, int]
+    backlog: dict[Bucket, int] = field(default_factory=dict)
+    events_position: int = 0
+    trace: str | None = None
+
+    @property
+    def processing_backlog(self) -> bool:
+        """True while some tracked bucket has not reached its boundary."""
+        return bool(self.backlog)
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict Spark checkpoints (JSON-serialisable, deterministic key order)."""
+        return {
+            "v": VERSION,
+            "source_id": self.source_id,
+            "positions": to_nested(self.positions),
+            "backlog": to_nested(self.backlog),
+            "processing_backlog": self.processing_backlog,
+            "events_position": self.events_position,
+            "trace": self.trace,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "SourceOffset":
+        """Parse a dict written by :meth:`to_json`.
+
+        Raises :class:`OffsetFormatError` for an unknown version or a malformed dict, e.g. a
+        checkpoint written by Spark's ``kafka`` source or by a newer backlog-source.
+        """
+        if not isinstance(data, dict):
+            raise OffsetFormatError(f"a backlog-source offset must be a JSON object, got {type(data).__name__}")
+        version = data.get("v")
+        if version not in SUPPORTED_VERSIONS:
+            raise OffsetFormatError(
+                f"offset version {version!r} is not understood; this backlog-source reads versions "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))}. Was the checkpoint written by another "
+                "source or a newer release?"
+            )
+        source_id = data.get("source_id")
+        if not isinstance(source_id, str) or not source_id:
+            raise OffsetFormatError("offset field 'source_id' must be a non-empty string")
+        events_position = data.get("events_position", 0)
+        if not isinstance(events_position, int) or isinstance(events_position, bool) or events_position < 0:
+            raise OffsetFormatError(f"offset field 'events_position' must be an integer >= 0, got {events_position!r}")
+        trace = data.get("trace")
+        if trace is not None and not isinstance(trace, str):
+            raise OffsetFormatError(f"offset field 'trace' must be a string or null, got {trace!r}")
+        return cls(
+            source_id=source_id,
+            positions=from_nested(data.get("positions", {}), "offset field 'positions'"),
+            backlog=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
+            events_position=events_position,
+            trace=trace,
+        )

@@ -1,0 +1,131 @@
+"""The executor read path: one split -> Arrow record batches.
+
+Which process: a Python worker on an executor. The consumer is created inside
+:func:`read_split` and closed in ``finally``; nothing here survives the call.
+
+The end of the range is detected by consumer position, never by the record at ``end - 1``
+(compaction and transaction markers leave gaps) and never by "an empty poll means done":
+a record at or past ``end``, or an end-of-partition event at or past ``end``, proves that
+every record of ``[start, end)`` has been delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from backlog_source.errors import DataLossError, KafkaUnavailableError
+from backlog_source.settings import SourceSettings, redact
+from reader.arrow import to_record_batch
+from reader.split import KafkaSplit
+
+log = logging.getLogger(__name__)
+
+#: Records per consume() call, and so per Arrow batch (measured in benchmarks/).
+CONSUME_BATCH = 10_000
+#: Upper bound of one consume() wait, so the no-progress deadline is checked often.
+_CONSUME_WAIT_S = 1.0
+
+
+def reader_config(settings: SourceSettings) -> dict[str, object]:
+    """librdkafka settings of the split consumer: never joins a group, never commits,
+    stops at out-of-range offsets instead of silently resetting, reports end of partition."""
+    return {
+        **settings.kafka_config("reader"),
+        "group.id": settings.consumer_group_id(),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    }
+
+
+def read_split(
+    split: KafkaSplit,
+    settings: SourceSettings,
+    *,
+    consumer_factory: Callable[[dict], object] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``split`` as record batches, in offset order, each exactly once.
+
+    Raises :class:`DataLossError` when records of the range were deleted before they were
+    read (``failOnDataLoss=true``; with false it logs a warning and reads what remains), and
+    :class:`KafkaUnavailableError` when the position makes no progress for
+    ``kafkaConsumer.pollTimeoutMs``.
+    """
+    if split.end <= split.start:
+        return
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    factory = consumer_factory or Consumer
+    consumer = factory(reader_config(settings))
+    topic, partition, end = split.topic, split.partition, split.end
+    try:
+        consumer.assign([TopicPartition(topic, partition, split.start)])
+        position = split.start
+        last_progress = clock()
+        while position < end:
+            messages = consumer.consume(CONSUME_BATCH, _CONSUME_WAIT_S)
+            records = messages
+            moved_to = position
+            if any(m.error() is not None for m in messages):
+                records = []
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        records.append(message)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        moved_to = max(moved_to, message.offset())
+                    elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        moved_to = _handle_out_of_range(consumer, split, position, settings)
+                    elif error.fatal():
+                        raise KafkaUnavailableError(
+                            f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
+                            f"{redact(error.str(), settings)}"
+                        )
+                    else:
+                        log.warning("transient error reading %s: %s", split.bucket, redact(error.str(), settings))
+            if records:
+                if records[-1].offset() >= end:
+                    records = [m for m in records if m.offset() < end]
+                    moved_to = end
+                if records:
+                    moved_to = max(moved_to, records[-1].offset() + 1)
+                    yield to_record_batch(records, topic, partition, settings.include_headers)
+            if moved_to > position:
+                position = moved_to
+                last_progress = clock()
+            elif (clock() - last_progress) * 1000 >= settings.poll_timeout_ms:
+                raise KafkaUnavailableError(
+                    f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
+                    f"{settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
+                )
+    finally:
+        consumer.close()
+
+
+def _handle_out_of_range(consumer, split: KafkaSplit, position: int, settings: SourceSettings) -> int:
+    """The broker no longer has ``position``: fail, or skip to the earliest offset and return it."""
+    from confluent_kafka import TopicPartition
+
+    low, high = consumer.get_watermark_offsets(
+        TopicPartition(split.topic, split.partition), timeout=settings.poll_timeout_ms / 1000
+    )
+    # Below the earliest offset: retention deleted records. At or past the log end: the
+    # topic was re-created or truncated, and nothing of the rest of the range exists.
+    resume = min(low, split.end) if low > position else split.end
+    message = (
+        f"offset {position} of {split.bucket} is out of range (earliest {low}, log end {high}); "
+        f"records {position}..{resume - 1} of the batch range [{split.start}, {split.end}) "
+        "are gone"
+    )
+    if settings.fail_on_data_loss:
+        raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    if resume < split.end:
+        consumer.assign([TopicPartition(split.topic, split.partition, resume)])
+    return resume
