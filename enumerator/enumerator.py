@@ -124,6 +124,9 @@ class Enumerator:
             target = {b: min(latest[b], self._available_now_target.get(b, positions[b])) for b in positions}
             target = {b: max(target[b], positions[b]) for b in positions}
 
+        # A bucket discovered now stays at its earliest offset in this batch: partitions()
+        # reads only buckets present in the batch's start, so advancing it would skip records.
+        target = {b: (positions[b] if b in new_buckets else target[b]) for b in positions}
         end_positions = self._apply_budget(positions, target, budget)
         end = replace(start, positions=end_positions)
         if end == start:

@@ -33,10 +33,11 @@ def lag(start: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucke
 def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_records: int) -> dict[Bucket, int]:
     """End positions that read at most ``max_records`` in total.
 
-    The budget is shared in proportion to each bucket's lag (largest-remainder rounding, so
-    the total never exceeds the budget). Buckets whose share rounds down to zero get the
-    leftover records first, so whenever ``max_records`` is at least the number of lagging
-    buckets, every lagging bucket advances: a small partition is never starved by a big one.
+    Every lagging bucket first gets one record, then the rest of the budget is shared in
+    proportion to each bucket's remaining lag (largest-remainder rounding, so the total is
+    exactly ``min(max_records, total lag)``). So whenever ``max_records`` is at least the
+    number of lagging buckets, every one of them advances: a small partition is never
+    starved by a big one. With a smaller budget, the buckets with the largest lag go first.
     """
     if max_records <= 0:
         raise ValueError(f"max_records must be positive, got {max_records}")
@@ -45,23 +46,28 @@ def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_re
     if total <= max_records:
         return {bucket: start[bucket] + available[bucket] for bucket in start}
 
+    lagging = sorted((b for b in start if available[b] > 0), key=lambda b: (-available[b], b))
+    # One record for each lagging bucket first (the largest lags when the budget is smaller
+    # than the number of lagging buckets), then the rest in proportion to what remains.
     shares = {bucket: 0 for bucket in start}
-    remainders: list[tuple[bool, float, int, Bucket]] = []
-    for bucket, records in available.items():
-        if records == 0:
-            continue
-        exact = max_records * records / total
-        shares[bucket] = int(exact)
-        # Sort key: buckets with no whole share first, then the largest fraction, then the
-        # largest lag, then a stable order by bucket.
-        remainders.append((shares[bucket] > 0, -(exact - int(exact)), -records, bucket))
-    leftover = max_records - sum(shares.values())
-    for _, _, _, bucket in sorted(remainders):
-        if leftover == 0:
-            break
-        if shares[bucket] < available[bucket]:
-            shares[bucket] += 1
-            leftover -= 1
+    for bucket in lagging[:max_records]:
+        shares[bucket] = 1
+    budget = max_records - sum(shares.values())
+    remaining = {b: available[b] - shares[b] for b in lagging}
+    remaining_total = sum(remaining.values())
+    if budget > 0 and remaining_total > 0:
+        exact = {b: budget * remaining[b] / remaining_total for b in lagging}
+        for bucket in lagging:
+            shares[bucket] += int(exact[bucket])
+        leftover = max_records - sum(shares.values())
+        # Largest-remainder rounding: the total is exactly the budget, never more.
+        by_fraction = sorted(lagging, key=lambda b: (-(exact[b] - int(exact[b])), -available[b], b))
+        for bucket in by_fraction:
+            if leftover == 0:
+                break
+            if shares[bucket] < available[bucket]:
+                shares[bucket] += 1
+                leftover -= 1
     return {bucket: start[bucket] + shares[bucket] for bucket in start}
 
 

@@ -1,0 +1,187 @@
+import pytest
+
+from backlog_source.buckets import Bucket
+from backlog_source.errors import ConfigError, DataLossError
+from backlog_source.settings import parse_options
+from enumerator.enumerator import Enumerator, ReadBudget
+from tests.fakes import FakeClock, FakeOffsetsClient
+
+A0, A1 = Bucket("a", 0), Bucket("a", 1)
+
+
+def make(options=None, topics=None, clock=None, **fake):
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **(options or {})})
+    client = FakeOffsetsClient(topics=topics if topics is not None else {"a": [(0, 100), (10, 50)]}, **fake)
+    return Enumerator(settings, client, clock=clock or FakeClock()), client
+
+
+def test_initial_offset_latest_by_default_and_earliest_on_request():
+    enumerator, _ = make()
+    assert enumerator.initial_offset().positions == {A0: 100, A1: 50}
+    enumerator, _ = make({"startingOffsets": "earliest"})
+    assert enumerator.initial_offset().positions == {A0: 0, A1: 10}
+
+
+def test_source_id_is_new_for_each_new_query():
+    enumerator, _ = make()
+    assert enumerator.initial_offset().source_id != enumerator.initial_offset().source_id
+
+
+def test_specific_starting_offsets_with_sentinels():
+    enumerator, _ = make({"startingOffsets": '{"a":{"0":42,"1":-2}}'})
+    assert enumerator.initial_offset().positions == {A0: 42, A1: 10}
+
+
+def test_specific_starting_offsets_must_cover_every_partition():
+    enumerator, _ = make({"startingOffsets": '{"a":{"0":42}}'})
+    with pytest.raises(ConfigError, match=r"missing: a-1 \(use -2 for earliest, -1 for latest\)"):
+        enumerator.initial_offset()
+
+
+def test_starting_offset_below_earliest_is_data_loss_unless_allowed():
+    enumerator, _ = make({"startingOffsets": '{"a":{"0":5,"1":3}}'})
+    with pytest.raises(DataLossError, match=r"offset 3 of a-1.*earliest available offset is 10"):
+        enumerator.initial_offset()
+    enumerator, _ = make({"startingOffsets": '{"a":{"0":5,"1":3}}', "failOnDataLoss": "false"})
+    assert enumerator.initial_offset().positions == {A0: 5, A1: 10}
+
+
+def test_starting_offset_beyond_the_end_is_rejected():
+    enumerator, _ = make({"startingOffsets": '{"a":{"0":500,"1":-1}}'})
+    with pytest.raises(ConfigError, match="offset 500 of a-0, beyond its log end 100"):
+        enumerator.initial_offset()
+
+
+def test_starting_timestamp_takes_precedence_and_strategy_applies():
+    stamps = {A0: [(1000, 0), (2000, 40)], A1: [(1000, 10)]}
+    enumerator, _ = make(
+        {"startingTimestamp": "1500", "startingOffsets": "earliest", "startingOffsetsByTimestamp": '{"a":{"0":1,"1":1}}'},
+        timestamps=stamps,
+    )
+    with pytest.raises(ConfigError, match=r"no record at or after the given timestamp in a-1 \(timestamp 1500\)"):
+        enumerator.initial_offset()
+    enumerator, _ = make(
+        {"startingTimestamp": "1500", "startingOffsetsByTimestampStrategy": "latest"}, timestamps=stamps
+    )
+    assert enumerator.initial_offset().positions == {A0: 40, A1: 50}
+
+
+def test_offsets_by_timestamp_per_partition():
+    stamps = {A0: [(1000, 0), (2000, 40)], A1: [(1000, 10), (3000, 20)]}
+    enumerator, _ = make({"startingOffsetsByTimestamp": '{"a":{"0":2000,"1":1000}}'}, timestamps=stamps)
+    assert enumerator.initial_offset().positions == {A0: 40, A1: 10}
+
+
+def test_latest_offset_reads_all_available_with_one_offsets_request():
+    enumerator, client = make({"startingOffsets": "earliest"})
+    start = enumerator.initial_offset()
+    client.calls.clear()
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions == {A0: 100, A1: 50}
+    assert client.calls.count("latest_offsets") == 1
+
+
+def test_latest_offset_returns_start_itself_when_nothing_is_new():
+    enumerator, _ = make()
+    start = enumerator.initial_offset()
+    assert enumerator.latest_offset(start, ReadBudget()) is start
+
+
+def test_max_records_caps_the_batch():
+    enumerator, _ = make({"startingOffsets": "earliest"})
+    end = enumerator.latest_offset(enumerator.initial_offset(), ReadBudget(max_records=30))
+    assert sum(end.positions.values()) - 10 == 30
+
+
+def test_partition_added_to_a_known_topic_is_read_from_its_earliest_offset():
+    enumerator, client = make()
+    start = enumerator.initial_offset()
+    client.topics["a"].append((7, 20))
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions[Bucket("a", 2)] == 7  # enters at earliest: the next batch reads 7..20
+    client.calls.clear()
+    after = enumerator.latest_offset(end, ReadBudget())
+    assert after.positions[Bucket("a", 2)] == 20
+
+
+def test_subscribe_pattern_discovers_new_topics_and_skips_the_control_topic():
+    enumerator, client = make({"subscribe": None} | {}, topics={"a": [(0, 1)]})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "a.*|_backlog_events"})
+    enumerator = Enumerator(settings, client, clock=FakeClock())
+    start = enumerator.initial_offset()
+    client.topics["ab"] = [(0, 5)]
+    client.topics["_backlog_events"] = [(0, 5)]
+    client.topics["xa"] = [(0, 5)]  # pattern must match the whole name
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert set(end.positions) == {Bucket("a", 0), Bucket("ab", 0)}
+
+
+def test_vanished_partition_fails_or_is_dropped():
+    enumerator, client = make()
+    start = enumerator.initial_offset()
+    del client.topics["a"]
+    with pytest.raises(DataLossError, match=r"a-0 \(next offset 100\), a-1 \(next offset 50\) no longer exist"):
+        enumerator.latest_offset(start, ReadBudget())
+    enumerator, client = make({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    client.topics["a"] = [(0, 100)]
+    assert enumerator.latest_offset(start, ReadBudget()).positions == {A0: 100}
+
+
+def test_offsets_moving_backwards_fail_or_restart_at_earliest():
+    enumerator, client = make()
+    start = enumerator.initial_offset()
+    client.topics["a"] = [(0, 3), (0, 50)]  # re-created topic
+    with pytest.raises(DataLossError, match=r"offsets moved backwards for a-0 \(next offset 100, log end now 3\)"):
+        enumerator.latest_offset(start, ReadBudget())
+    enumerator, client = make({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    client.topics["a"] = [(0, 3), (10, 50)]
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions == {A0: 3, A1: 50}
+
+
+def test_min_records_waits_until_max_trigger_delay():
+    clock = FakeClock()
+    enumerator, client = make({"maxTriggerDelay": "10s"}, clock=clock)
+    start = enumerator.initial_offset()
+    client.append("a", 0, 5)
+    budget = ReadBudget(min_records=20)
+    assert enumerator.latest_offset(start, budget) is start
+    clock.advance(9)
+    assert enumerator.latest_offset(start, budget) is start
+    client.append("a", 1, 15)
+    end = enumerator.latest_offset(start, budget)  # 20 available now
+    assert end.positions == {A0: 105, A1: 65}
+    client.append("a", 0, 1)
+    assert enumerator.latest_offset(end, budget) is end
+    clock.advance(10)
+    assert enumerator.latest_offset(end, budget).positions == {A0: 106, A1: 65}
+
+
+def test_available_now_stops_at_the_offsets_captured_at_start():
+    enumerator, client = make({"startingOffsets": "earliest"})
+    start = enumerator.initial_offset()
+    enumerator.prepare_for_available_now()
+    client.append("a", 0, 1000)
+    client.topics["a"].append((0, 10))  # a partition added later is not read in this run
+    first = enumerator.latest_offset(start, ReadBudget(max_records=60))
+    second = enumerator.latest_offset(first, ReadBudget(max_records=1_000))
+    assert second.positions == {A0: 100, A1: 50, Bucket("a", 2): 0}
+    assert enumerator.latest_offset(second, ReadBudget(min_records=10_000)) is second
+
+
+def test_assign_of_missing_partition_is_a_clear_error():
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"a":[0,7]}'})
+    enumerator = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 1)]}), clock=FakeClock())
+    with pytest.raises(ConfigError, match="option 'assign' names partition.s. that do not exist: a-7"):
+        enumerator.initial_offset()
+
+
+def test_missing_subscribed_topic_is_waited_for():
+    enumerator, client = make({"subscribe": "a,later", "startingOffsets": "earliest"})
+    start = enumerator.initial_offset()
+    assert Bucket("later", 0) not in start.positions
+    client.topics["later"] = [(0, 4)]
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions[Bucket("later", 0)] == 0

@@ -1,0 +1,146 @@
+import pickle
+
+import pytest
+
+from backlog_source.buckets import Bucket
+from backlog_source.errors import ConfigError
+from backlog_source.settings import StartingPoint, parse_options, redact
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
+
+
+def test_defaults_follow_spark():
+    settings = parse_options(BASE)
+    assert settings.subscribe == ("orders",)
+    assert settings.starting_offsets is StartingPoint.LATEST
+    assert settings.fail_on_data_loss is True
+    assert settings.max_trigger_delay_ms == 15 * 60 * 1000
+    assert settings.include_headers is False
+    assert settings.backlog_enabled is True
+    assert settings.backlog_events_topic == "_backlog_events"
+
+
+def test_option_names_are_case_insensitive_like_spark():
+    settings = parse_options({**BASE, "STARTINGOFFSETS": "earliest", "maxoffsetspertrigger": "10"})
+    assert settings.starting_offsets is StartingPoint.EARLIEST
+    assert settings.max_offsets_per_trigger == 10
+
+
+def test_all_options_parse():
+    settings = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "assign": '{"a":[0,1],"b":[2]}',
+            "startingOffsets": '{"a":{"0":5,"1":-2},"b":{"2":-1}}',
+            "failOnDataLoss": "false",
+            "maxOffsetsPerTrigger": "100",
+            "minOffsetsPerTrigger": "10",
+            "maxTriggerDelay": "30s",
+            "minPartitions": "4",
+            "maxRecordsPerPartition": "50",
+            "includeHeaders": "true",
+            "kafkaConsumer.pollTimeoutMs": "5000",
+            "fetchOffset.numRetries": "0",
+            "fetchOffset.retryIntervalMs": "100",
+            "groupIdPrefix": "mine",
+            "kafka.isolation.level": "read_committed",
+            "backlog.enabled": "false",
+            "backlog.eventsTopic": "ctl",
+            "backlog.reenterLag": "1000",
+            "backlog.maxOffsetsPerTrigger": "500000",
+        }
+    )
+    assert settings.assign == (Bucket("a", 0), Bucket("a", 1), Bucket("b", 2))
+    assert settings.starting_offsets == {Bucket("a", 0): 5, Bucket("a", 1): -2, Bucket("b", 2): -1}
+    assert settings.max_trigger_delay_ms == 30_000
+    assert settings.isolation_level.value == "read_committed"
+    assert settings.backlog_max_offsets_per_trigger == 500_000
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"subscribe": "a"}, "'kafka.bootstrap.servers' is required"),
+        ({"kafka.bootstrap.servers": "h:1"}, "exactly one of 'subscribe', 'subscribePattern' or 'assign'"),
+        ({**BASE, "subscribePattern": "o.*"}, "exactly one of"),
+        ({**BASE, "subscribe": " , "}, "option 'subscribe' must list at least one topic"),
+        ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "(["}, "not a valid regular expression"),
+        ({"kafka.bootstrap.servers": "h:1", "assign": "[0,1]"}, "option 'assign' must be a non-empty JSON object"),
+        ({"kafka.bootstrap.servers": "h:1", "assign": '{"a":["x"]}'}, "must map to a list of partition numbers"),
+        ({"kafka.bootstrap.servers": "h:1", "assign": "{not json"}, "option 'assign' is not valid JSON"),
+        ({**BASE, "startingOffsets": "beginning"}, "option 'startingOffsets' must be 'earliest', 'latest' or a JSON"),
+        ({**BASE, "startingOffsets": '{"orders":{"0":-3}}'}, "offset -3 for orders-0 is not allowed"),
+        ({**BASE, "startingOffsets": '{"orders":{"x":1}}'}, "partition 'x' of topic 'orders' is not a number"),
+        ({**BASE, "startingOffsets": '{"orders":{"0":"1"}}'}, "must be a whole number"),
+        ({**BASE, "startingTimestamp": "yesterday"}, "option 'startingTimestamp' must be a whole number"),
+        ({**BASE, "startingOffsetsByTimestamp": '{"orders":{"0":-5}}'}, "must be >= 0"),
+        ({**BASE, "startingOffsetsByTimestampStrategy": "closest"}, "must be 'error' or 'latest'"),
+        ({**BASE, "failOnDataLoss": "yes"}, "option 'failOnDataLoss' must be 'true' or 'false'"),
+        ({**BASE, "maxOffsetsPerTrigger": "0"}, "option 'maxOffsetsPerTrigger' must be a positive whole number"),
+        ({**BASE, "maxOffsetsPerTrigger": "1e6"}, "option 'maxOffsetsPerTrigger' must be a whole number"),
+        ({**BASE, "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "must not exceed 'maxOffsetsPerTrigger'"),
+        ({**BASE, "maxTriggerDelay": "soon"}, "option 'maxTriggerDelay' must be a duration"),
+        ({**BASE, "minPartitions": "-1"}, "option 'minPartitions' must be a positive whole number"),
+        ({**BASE, "maxRecordsPerPartition": "0"}, "option 'maxRecordsPerPartition' must be a positive"),
+        ({**BASE, "includeHeaders": "1"}, "option 'includeHeaders' must be 'true' or 'false'"),
+        ({**BASE, "kafkaConsumer.pollTimeoutMs": "0"}, "option 'kafkaConsumer.pollTimeoutMs' must be a positive"),
+        ({**BASE, "fetchOffset.numRetries": "-1"}, "option 'fetchOffset.numRetries' must be zero or a positive"),
+        ({**BASE, "kafka.auto.offset.reset": "earliest"}, "option 'kafka.auto.offset.reset' is not supported: set the source option 'startingOffsets'"),
+        ({**BASE, "kafka.enable.auto.commit": "true"}, "does not commit any offset"),
+        ({**BASE, "kafka.key.deserializer": "x"}, "keys are always returned as bytes"),
+        ({**BASE, "kafka.value.deserializer": "x"}, "values are always returned as bytes"),
+        ({**BASE, "kafka.interceptor.classes": "x"}, "interceptors can make the source misbehave"),
+        ({**BASE, "kafka.isolation.level": "serializable"}, "must be 'read_uncommitted' or 'read_committed'"),
+        ({**BASE, "endingOffsets": "latest"}, "for batch queries only"),
+        ({**BASE, "subscibe": "x"}, "unknown option 'subscibe'"),
+        ({**BASE, "backlog.eventsTopic": "  "}, "option 'backlog.eventsTopic' must not be empty"),
+        ({**BASE, "backlog.reenterLag": "-5"}, "option 'backlog.reenterLag' must be a positive"),
+        ({**BASE, "kafka.sasl.jaas.config": "nonsense"}, "option 'kafka.sasl.jaas.config' must be a PlainLoginModule"),
+    ],
+)
+def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
+    with pytest.raises(ConfigError) as raised:
+        parse_options(options)
+    assert fragment in str(raised.value)
+
+
+SECRET = "s3cr3t-Value"
+
+
+def test_secrets_are_masked_everywhere_but_the_client_config():
+    settings = parse_options(
+        {**BASE, "kafka.sasl.password": SECRET, "kafka.ssl.key.password": SECRET + "2", "kafka.sasl.username": "bob"}
+    )
+    assert SECRET not in repr(settings) and SECRET not in str(settings)
+    assert SECRET not in settings.model_dump_json()
+    assert settings.kafka_config("reader")["sasl.password"] == SECRET
+    assert settings.kafka_config("reader")["sasl.username"] == "bob"
+    assert redact(f"auth failed for {SECRET}2 and {SECRET}", settings) == "auth failed for *** and ***"
+    assert pickle.loads(pickle.dumps(settings)).kafka_config("x")["ssl.key.password"] == SECRET + "2"
+
+
+def test_java_jaas_config_becomes_librdkafka_credentials():
+    jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="{SECRET}";'
+    settings = parse_options({**BASE, "kafka.sasl.jaas.config": jaas, "kafka.sasl.mechanism": "PLAIN"})
+    config = settings.kafka_config("reader")
+    assert config["sasl.username"] == "alice" and config["sasl.password"] == SECRET
+    assert "sasl.jaas.config" not in config
+    assert SECRET not in repr(settings)
+
+
+def test_error_about_secret_option_does_not_echo_it():
+    with pytest.raises(ConfigError) as raised:
+        parse_options({**BASE, "kafka.sasl.jaas.config": f"garbage {SECRET}"})
+    assert SECRET not in str(raised.value)
+
+
+def test_environment_never_supplies_source_options(monkeypatch):
+    monkeypatch.setenv("FAIL_ON_DATA_LOSS", "false")
+    monkeypatch.setenv("fail_on_data_loss", "false")
+    assert parse_options(BASE).fail_on_data_loss is True
+
+
+def test_settings_are_frozen():
+    settings = parse_options(BASE)
+    with pytest.raises(Exception):
+        settings.fail_on_data_loss = False
