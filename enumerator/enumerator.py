@@ -115,7 +115,7 @@ class Enumerator:
 
         latest = self._client.latest_offsets(positions.keys()) if positions else {}
         self._latest = latest
-        self._handle_moved_backwards(positions, latest)
+        restarted = new_buckets | self._handle_moved_backwards(positions, latest)
 
         target = latest
         if self._available_now_target is not None:
@@ -124,9 +124,10 @@ class Enumerator:
             target = {b: min(latest[b], self._available_now_target.get(b, positions[b])) for b in positions}
             target = {b: max(target[b], positions[b]) for b in positions}
 
-        # A bucket discovered now stays at its earliest offset in this batch: partitions()
-        # reads only buckets present in the batch's start, so advancing it would skip records.
-        target = {b: (positions[b] if b in new_buckets else target[b]) for b in positions}
+        # A bucket discovered or reset now stays at its new start offset in this batch:
+        # partitions() reads [start, end) of buckets in the batch's start only, so advancing
+        # it here would skip records. The next batch reads from there.
+        target = {b: (positions[b] if b in restarted else target[b]) for b in positions}
         end_positions = self._apply_budget(positions, target, budget)
         end = replace(start, positions=end_positions)
         if end == start:
@@ -178,10 +179,12 @@ class Enumerator:
         for bucket in vanished:
             del positions[bucket]
 
-    def _handle_moved_backwards(self, positions: dict[Bucket, int], latest: Mapping[Bucket, int]) -> None:
+    def _handle_moved_backwards(self, positions: dict[Bucket, int], latest: Mapping[Bucket, int]) -> set[Bucket]:
+        """Fail, or reset buckets whose log end is now below their position to their earliest
+        offset; returns the buckets reset."""
         moved = sorted(b for b in positions if latest[b] < positions[b])
         if not moved:
-            return
+            return set()
         described = ", ".join(f"{b} (next offset {positions[b]}, log end now {latest[b]})" for b in moved)
         if self._settings.fail_on_data_loss:
             raise DataLossError(
@@ -193,6 +196,7 @@ class Enumerator:
         log.warning("offsets moved backwards for %s; continuing from the earliest offset (failOnDataLoss=false)", described)
         for bucket in moved:
             positions[bucket] = earliest[bucket]
+        return set(moved)
 
     def _check_assigned_exist(self, buckets: set[Bucket]) -> None:
         counts = self._client.partition_counts()

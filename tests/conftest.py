@@ -1,0 +1,51 @@
+"""Shared fixtures. Integration fixtures start lazily: unit tests need no broker or Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def broker():
+    """One embedded Tansu broker for the whole test session; tests use uuid-named topics."""
+    from backlog_source.broker import start_broker
+
+    running = start_broker()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole test session, with the source registered."""
+    # Spark's Python workers must run this interpreter, which has the project installed.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from backlog_source import BacklogDataSource
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("backlog-source-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(BacklogDataSource)
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+@pytest.fixture
+def topic_name():
+    return f"t-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,60 @@
+"""Helpers for integration tests: producing, reading back, bounded waiting."""
+
+from __future__ import annotations
+
+import time
+
+from backlog_source.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
+
+
+def make_topic(broker, name: str, partitions: int, per_partition: int = 0, value_size: int = 20, start: int = 0) -> int:
+    """Create ``name`` with ``partitions`` partitions and ``per_partition`` records in each
+    (values ``b"<partition>:<n>"`` padded). Returns the records produced, seals included."""
+    create_topic(broker.bootstrap_servers, name, partitions)
+    if per_partition == 0:
+        return 0
+    return fill(broker, name, partitions, per_partition, value_size=value_size, start=start)
+
+
+def fill(broker, name: str, partitions: int, per_partition: int, value_size: int = 20, start: int = 0, **kwargs) -> int:
+    records = (
+        (p, f"k{n}".encode(), f"{p}:{n}".encode().ljust(value_size, b"."))
+        for n in range(start, start + per_partition)
+        for p in range(partitions)
+    )
+    return produce(broker.bootstrap_servers, name, records, **kwargs)
+
+
+def reader(spark, broker, **options):
+    stream = spark.readStream.format("backlog").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+    for key, value in options.items():
+        stream = stream.option(key, str(value))
+    return stream.load()
+
+
+def log_end_offsets(broker, name: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import OffsetSpec
+    from confluent_kafka import TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    count = len(admin.list_topics(name, timeout=10).topics[name].partitions)
+    futures = admin.list_offsets({TopicPartition(name, p): OffsetSpec.latest() for p in range(count)})
+    return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}
+
+
+def wait_for_progress(query, predicate, timeout_s: float = 120, what: str = "progress"):
+    """Wait until some progress event of ``query`` satisfies ``predicate``; fail fast if the
+    query died."""
+
+    def check():
+        if query.exception() is not None:
+            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        return any(predicate(p) for p in query.recentProgress)
+
+    return wait_for(check, timeout_s, what)
+
+
+def settle(seconds: float) -> None:
+    """A deliberate pause where a test must show that something does *not* happen."""
+    time.sleep(seconds)
