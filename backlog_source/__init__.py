@@ -5,28 +5,40 @@ Register the source, then use it exactly like Spark's ``format("kafka")``::
     from backlog_source import BacklogDataSource
     spark.dataSource.register(BacklogDataSource)
     df = spark.readStream.format("backlog").option("subscribe", "orders")...load()
+
+Public names are imported on first use (PEP 562): the ``reader`` and ``enumerator``
+packages import ``backlog_source.settings`` and ``backlog_source.errors``, and an eager
+import of the data source here would make those imports circular.
 """
 
-from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
-from backlog_source.errors import (
-    BacklogSourceError,
-    ConfigError,
-    ControlTopicError,
-    DataLossError,
-    KafkaUnavailableError,
-    OffsetFormatError,
-)
-from backlog_source.settings import SourceSettings, parse_options
+from __future__ import annotations
 
-__all__ = [
-    "BacklogDataSource",
-    "BacklogStreamReader",
-    "BacklogSourceError",
-    "ConfigError",
-    "ControlTopicError",
-    "DataLossError",
-    "KafkaUnavailableError",
-    "OffsetFormatError",
-    "SourceSettings",
-    "parse_options",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BacklogDataSource": "backlog_source.datasource",
+    "BacklogStreamReader": "backlog_source.datasource",
+    "BacklogSourceError": "backlog_source.errors",
+    "ConfigError": "backlog_source.errors",
+    "ControlTopicError": "backlog_source.errors",
+    "DataLossError": "backlog_source.errors",
+    "KafkaUnavailableError": "backlog_source.errors",
+    "OffsetFormatError": "backlog_source.errors",
+    "SourceSettings": "backlog_source.settings",
+    "parse_options": "backlog_source.settings",
+    "lag_metrics": "backlog_source.metrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'backlog_source' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,7 +1,9 @@
 """confluent-kafka messages -> one Arrow record batch in the source's output schema.
 
-Hot path: one list comprehension per column (one C call per message and column), constant
-columns built by Arrow, and timestamps scaled by Arrow compute rather than in Python.
+Hot path, measured in ``benchmarks/read_throughput.py``: each column is ``map`` of a C method
+of confluent's ``Message`` over the batch (no Python bytecode per message, about twice as
+fast as a list comprehension), constant columns are built by Arrow, and timestamps are
+scaled by Arrow compute rather than in Python.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 
 from backlog_source.schema import arrow_schema
 
@@ -21,22 +24,21 @@ _SCHEMAS = {flag: arrow_schema(flag) for flag in (False, True)}
 _HEADER_TYPE = _SCHEMAS[True].field("headers").type
 
 
-def to_record_batch(messages: Sequence, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
+def to_record_batch(messages: Sequence[Message], topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
     """Build the batch for ``messages`` (error-free records of one bucket, in offset order)."""
     count = len(messages)
-    timestamps = [m.timestamp() for m in messages]
-    timestamp_ms = pa.array([t[1] for t in timestamps], pa.int64())
+    timestamp_types, timestamp_ms = zip(*map(Message.timestamp, messages))
     columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array(list(map(Message.key, messages)), pa.binary()),
+        pa.array(list(map(Message.value, messages)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count),
-        pa.array([m.offset() for m in messages], pa.int64()),
-        pc.multiply(timestamp_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
-        pc.subtract(pa.array([t[0] for t in timestamps], pa.int32()), _TIMESTAMP_TYPE_SHIFT),
+        pa.array(list(map(Message.offset, messages)), pa.int64()),
+        pc.multiply(pa.array(timestamp_ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+        pc.subtract(pa.array(timestamp_types, pa.int32()), _TIMESTAMP_TYPE_SHIFT),
     ]
     if include_headers:
-        columns.append(pa.array([_headers(m.headers()) for m in messages], _HEADER_TYPE))
+        columns.append(pa.array(list(map(_headers, map(Message.headers, messages))), _HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
 
 

@@ -11,9 +11,11 @@ every record of ``[start, end)`` has been delivered.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -29,11 +31,35 @@ CONSUME_BATCH = 10_000
 #: Upper bound of one consume() wait, so the no-progress deadline is checked often.
 _CONSUME_WAIT_S = 1.0
 
+#: Defaults a user may override with ``kafka.*`` options. A deep prefetch queue made both a
+#: bare consumer loop and this reader about 5x faster (benchmarks/read_throughput.py);
+#: memory stays bounded by librdkafka's ``queued.max.messages.kbytes`` (64 MiB by default).
+READER_DEFAULTS: dict[str, object] = {"queued.min.messages": 1_000_000}
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while reading a split.
+
+    Each consume() creates thousands of Message objects that survive into older GC
+    generations and trigger full collections: about 30% of the read time measured. They
+    hold no reference cycles, so pausing collects nothing later than it would have been.
+    Spark's Python worker runs one task at a time; the previous state is restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
 
 def reader_config(settings: SourceSettings) -> dict[str, object]:
     """librdkafka settings of the split consumer: never joins a group, never commits,
     stops at out-of-range offsets instead of silently resetting, reports end of partition."""
     return {
+        **READER_DEFAULTS,
         **settings.kafka_config("reader"),
         "group.id": settings.consumer_group_id(),
         "enable.auto.commit": False,
@@ -59,53 +85,59 @@ def read_split(
     """
     if split.end <= split.start:
         return
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer
 
-    factory = consumer_factory or Consumer
-    consumer = factory(reader_config(settings))
-    topic, partition, end = split.topic, split.partition, split.end
+    consumer = (consumer_factory or Consumer)(reader_config(settings))
     try:
-        consumer.assign([TopicPartition(topic, partition, split.start)])
-        position = split.start
-        last_progress = clock()
-        while position < end:
-            messages = consumer.consume(CONSUME_BATCH, _CONSUME_WAIT_S)
-            records = messages
-            moved_to = position
-            if any(m.error() is not None for m in messages):
-                records = []
-                for message in messages:
-                    error = message.error()
-                    if error is None:
-                        records.append(message)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        moved_to = max(moved_to, message.offset())
-                    elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        moved_to = _handle_out_of_range(consumer, split, position, settings)
-                    elif error.fatal():
-                        raise KafkaUnavailableError(
-                            f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
-                            f"{redact(error.str(), settings)}"
-                        )
-                    else:
-                        log.warning("transient error reading %s: %s", split.bucket, redact(error.str(), settings))
-            if records:
-                if records[-1].offset() >= end:
-                    records = [m for m in records if m.offset() < end]
-                    moved_to = end
-                if records:
-                    moved_to = max(moved_to, records[-1].offset() + 1)
-                    yield to_record_batch(records, topic, partition, settings.include_headers)
-            if moved_to > position:
-                position = moved_to
-                last_progress = clock()
-            elif (clock() - last_progress) * 1000 >= settings.poll_timeout_ms:
-                raise KafkaUnavailableError(
-                    f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
-                    f"{settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
-                )
+        with _gc_paused():
+            yield from _consume_range(consumer, split, settings, clock)
     finally:
         consumer.close()
+
+
+def _consume_range(consumer, split: KafkaSplit, settings: SourceSettings, clock) -> Iterator[pa.RecordBatch]:
+    from confluent_kafka import KafkaError, Message, TopicPartition
+
+    topic, partition, end = split.topic, split.partition, split.end
+    consumer.assign([TopicPartition(topic, partition, split.start)])
+    position = split.start
+    last_progress = clock()
+    while position < end:
+        messages = consumer.consume(CONSUME_BATCH, _CONSUME_WAIT_S)
+        records = messages
+        moved_to = position
+        if any(map(Message.error, messages)):  # C-level scan; errors are rare
+            records = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    records.append(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    moved_to = max(moved_to, message.offset())
+                elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    moved_to = _handle_out_of_range(consumer, split, position, settings)
+                elif error.fatal():
+                    raise KafkaUnavailableError(
+                        f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
+                        f"{redact(error.str(), settings)}"
+                    )
+                else:
+                    log.warning("transient error reading %s: %s", split.bucket, redact(error.str(), settings))
+        if records:
+            if records[-1].offset() >= end:
+                records = [m for m in records if m.offset() < end]
+                moved_to = end
+            if records:
+                moved_to = max(moved_to, records[-1].offset() + 1)
+                yield to_record_batch(records, topic, partition, settings.include_headers)
+        if moved_to > position:
+            position = moved_to
+            last_progress = clock()
+        elif (clock() - last_progress) * 1000 >= settings.poll_timeout_ms:
+            raise KafkaUnavailableError(
+                f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
+                f"{settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
+            )
 
 
 def _handle_out_of_range(consumer, split: KafkaSplit, position: int, settings: SourceSettings) -> int:

@@ -1,7 +1,7 @@
 """The split reader against a scripted fake consumer: ends by position, never by empty polls."""
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from backlog_source.errors import DataLossError, KafkaUnavailableError
 from backlog_source.settings import parse_options
@@ -11,41 +11,13 @@ from reader.split import KafkaSplit
 from tests.fakes import FakeClock
 
 
-class Msg:
-    def __init__(self, offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None):
-        self._offset, self._value, self._error, self._key, self._ts, self._headers = offset, value, error, key, ts, headers
-
-    def error(self):
-        return self._error
-
-    def offset(self):
-        return self._offset
-
-    def value(self):
-        return self._value
-
-    def key(self):
-        return self._key
-
-    def timestamp(self):
-        return self._ts
-
-    def headers(self):
-        return self._headers
+def Msg(offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None):
+    """A real confluent Message (the hot path calls its C methods unbound)."""
+    return Message(topic="t", partition=0, offset=offset, key=key, value=value, error=error, timestamp=ts, headers=headers)
 
 
-class Err:
-    def __init__(self, code, fatal=False):
-        self._code, self._fatal = code, fatal
-
-    def code(self):
-        return self._code
-
-    def fatal(self):
-        return self._fatal
-
-    def str(self):
-        return f"error {self._code}"
+def Err(code, fatal=False):
+    return KafkaError(code, fatal=fatal)
 
 
 def eof(offset):
@@ -119,7 +91,7 @@ def test_empty_range_needs_no_consumer():
 
 
 def test_out_of_range_is_data_loss_naming_the_offsets():
-    consumer = FakeConsumer([[Msg(None, error=Err(KafkaError._AUTO_OFFSET_RESET))]], watermarks=(20, 40))
+    consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))]], watermarks=(20, 40))
     with pytest.raises(DataLossError, match=r"offset 5 of t-0 is out of range \(earliest 20, log end 40\); records 5..19"):
         list(read_split(KafkaSplit("t", 0, 5, 30), SETTINGS, consumer_factory=consumer))
 
@@ -127,7 +99,7 @@ def test_out_of_range_is_data_loss_naming_the_offsets():
 def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"})
     consumer = FakeConsumer(
-        [[Msg(None, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
+        [[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
     )
     batches = list(read_split(KafkaSplit("t", 0, 5, 22), settings, consumer_factory=consumer))
     assert offsets_read(batches) == [20, 21]
@@ -135,7 +107,7 @@ def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
 
 
 def test_fatal_error_fails_the_read():
-    consumer = FakeConsumer([[Msg(None, error=Err(KafkaError._FATAL, fatal=True))]])
+    consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._FATAL, fatal=True))]])
     with pytest.raises(KafkaUnavailableError, match="failed at offset 0"):
         list(read_split(KafkaSplit("t", 0, 0, 3), SETTINGS, consumer_factory=consumer))
 

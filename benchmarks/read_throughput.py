@@ -1,0 +1,196 @@
+"""Read throughput of format("backlog") against bare confluent-kafka consumer loops.
+
+One run, one topic on the embedded broker, three readers of the same records:
+
+* ``bare_1``: one process, one consumer assigned to every partition, ``consume(10_000)``
+  batches, touching each record's value: the practical limit of a Python Kafka reader.
+  It uses the reader's librdkafka defaults; ``bare_1_librdkafka_defaults`` does not.
+* ``bare_2``: two such processes in parallel, two partitions each (the machine's 2 cores).
+* ``source``: Spark ``local[2]``, ``Trigger.AvailableNow``, ``noop`` sink, wall time from
+  ``start()`` to termination (query start-up included; SparkSession start-up excluded).
+
+Usage::
+
+    .venv/bin/python benchmarks/read_throughput.py [--records 2000000] [--partitions 4] [--value-size 100]
+
+Writes ``benchmarks/results/read_throughput.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backlog_source.broker import create_topic, produce, start_broker  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool, queue) -> None:
+    """Consume [0, end) of the given partitions; report (records, seconds).
+
+    ``tuned`` gives the bare loop the same librdkafka defaults the source's reader uses
+    (``reader.kafka_reader.READER_DEFAULTS``), so a ratio never credits the source with what
+    is only a setting.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from reader.kafka_reader import READER_DEFAULTS
+
+    config = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, "enable.partition.eof": True}
+    consumer = Consumer({**(READER_DEFAULTS if tuned else {}), **config})
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    remaining = set(ends)
+    records = 0
+    size = 0
+    while remaining:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                records += 1
+                size += len(message.value())
+                if message.offset() + 1 >= ends[message.partition()]:
+                    remaining.discard(message.partition())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    queue.put((records, elapsed))
+
+
+def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, tuned: bool = True) -> dict:
+    queue: mp.Queue = mp.Queue()
+    groups = [dict(list(ends.items())[i::processes]) for i in range(processes)]
+    workers = [mp.Process(target=bare_consumer, args=(bootstrap, topic, g, tuned, queue)) for g in groups]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=600) for _ in workers]
+    wall = time.perf_counter() - started
+    for worker in workers:
+        worker.join()
+    records = sum(r for r, _ in results)
+    # Wall time includes process start; the slowest worker's own loop time is reported too.
+    return {"records": records, "seconds": wall, "loop_seconds": max(s for _, s in results), "records_per_s": records / wall}
+
+
+def run_source(spark, bootstrap: str, topic: str, expected: int) -> dict:
+    with tempfile.TemporaryDirectory() as checkpoint:
+        df = (
+            spark.readStream.format("backlog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        started = time.perf_counter()
+        query = (
+            df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+        )
+        query.awaitTermination()
+        wall = time.perf_counter() - started
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        records = sum(p.numInputRows for p in query.recentProgress)
+    if records != expected:
+        raise RuntimeError(f"the source read {records} records, expected {expected}")
+    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(query.recentProgress)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each reader; the best is kept")
+    args = parser.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from backlog_source import BacklogDataSource
+
+    broker = start_broker()
+    try:
+        topic = "bench-read"
+        create_topic(broker.bootstrap_servers, topic, args.partitions)
+        value = b"x" * args.value_size
+        per = args.records // args.partitions
+        t0 = time.perf_counter()
+        total = produce(broker.bootstrap_servers, topic, ((i % args.partitions, None, value) for i in range(per * args.partitions)))
+        print(f"produced {total} records in {time.perf_counter() - t0:.1f} s")
+        ends = {p: per + 1 for p in range(args.partitions)}  # + the seal record
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", "4g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(BacklogDataSource)
+
+        results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
+        for _ in range(args.repeats):
+            results["bare_1_librdkafka_defaults"].append(run_bare(broker.bootstrap_servers, topic, ends, 1, tuned=False))
+            results["bare_1"].append(run_bare(broker.bootstrap_servers, topic, ends, 1))
+            results["bare_2"].append(run_bare(broker.bootstrap_servers, topic, ends, 2))
+            results["source"].append(run_source(spark, broker.bootstrap_servers, topic, total))
+            for name, runs in results.items():
+                print(f"{name}: {runs[-1]['records_per_s']:,.0f} records/s ({runs[-1]['seconds']:.2f} s)")
+        spark.stop()
+    finally:
+        broker.stop()
+
+    best = {name: max(runs, key=lambda r: r["records_per_s"]) for name, runs in results.items()}
+    summary = {
+        "command": "python benchmarks/read_throughput.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "records": total,
+        "partitions": args.partitions,
+        "value_size": args.value_size,
+        "runs": results,
+        "best": best,
+        "ratio_source_vs_bare_1": best["source"]["records_per_s"] / best["bare_1"]["records_per_s"],
+        "ratio_source_vs_bare_2": best["source"]["records_per_s"] / best["bare_2"]["records_per_s"],
+        "ratio_source_vs_bare_1_librdkafka_defaults": best["source"]["records_per_s"]
+        / best["bare_1_librdkafka_defaults"]["records_per_s"],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "read_throughput.json").write_text(json.dumps(summary, indent=2) + "\n")
+    rows = "\n".join(
+        f"| {name} | {b['records_per_s']:,.0f} | {b['seconds']:.2f} |" for name, b in best.items()
+    )
+    (RESULTS / "read_throughput.md").write_text(
+        f"""# Read throughput
+
+Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']})
+
+{total:,} records of {args.value_size} bytes over {args.partitions} partitions; best of {args.repeats} runs each.
+
+| reader | records/s | seconds |
+| --- | ---: | ---: |
+{rows}
+
+- source / one bare consumer: **{summary['ratio_source_vs_bare_1']:.2f}x** (target >= 1.0x)
+- source / two bare consumers in parallel: **{summary['ratio_source_vs_bare_2']:.2f}x**
+- source / one bare consumer on librdkafka defaults: **{summary['ratio_source_vs_bare_1_librdkafka_defaults']:.2f}x**
+
+`bare_1` and `bare_2` use the same librdkafka prefetch setting as the source's reader
+(`READER_DEFAULTS`); `bare_1_librdkafka_defaults` shows what that setting alone is worth.
+The source's time includes query start-up and per-batch planning; the bare consumers'
+includes process start. See the module docstring of `benchmarks/read_throughput.py`.
+"""
+    )
+    print(json.dumps({k: v for k, v in summary.items() if k.startswith("ratio_")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backlog_source import lag_metrics
+
+
+def test_lag_metrics_follow_sparks_definitions():
+    source = {
+        "endOffset": json.dumps({"v": 1, "source_id": "x", "positions": {"t": {"0": 10, "1": 50}}}),
+        "latestOffset": json.dumps({"t": {"0": 40, "1": 50}}),
+    }
+    assert lag_metrics(source) == {
+        "minOffsetsBehindLatest": 0.0,
+        "maxOffsetsBehindLatest": 30.0,
+        "avgOffsetsBehindLatest": 15.0,
+    }
+
+
+def test_lag_metrics_absent_before_the_first_latest_offset():
+    assert lag_metrics({"endOffset": None, "latestOffset": None}) is None
+
+
+@pytest.mark.parametrize(
+    "module", ["reader.kafka_reader", "enumerator.enumerator", "events", "backlog_source.datasource", "backlog_source"]
+)
+def test_every_package_imports_first_in_a_fresh_interpreter(module):
+    # Executors unpickle splits and readers in fresh workers; import order must not matter.
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
