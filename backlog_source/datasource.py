@@ -36,6 +36,7 @@ from enumerator.enumerator import Enumerator, ReadBudget
 from enumerator.kafka_admin import KafkaOffsetsClient
 from enumerator.offsets import SourceOffset
 from enumerator.planner import plan_ranges
+from events.channel import ControlTopicReader
 from reader.kafka_reader import read_split
 from reader.split import KafkaSplit
 
@@ -88,7 +89,8 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def enumerator(self) -> Enumerator:
         if self._enumerator is None:
-            self._enumerator = Enumerator(self.settings, KafkaOffsetsClient(self.settings))
+            control = ControlTopicReader(self.settings) if self.settings.backlog_enabled else None
+            self._enumerator = Enumerator(self.settings, KafkaOffsetsClient(self.settings), control)
         return self._enumerator
 
     # -- driver --------------------------------------------------------------------------
@@ -97,24 +99,40 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.enumerator.initial_offset().to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.settings.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.settings.max_offsets_per_trigger)
-        if self.settings.min_offsets_per_trigger is not None:
-            return ReadMinRows(self.settings.min_offsets_per_trigger)
+        # Spark's Python API has no composite limit, and the limit must follow the backlog
+        # state, which changes while the query runs. So the default limit is a marker that
+        # means "the source's own options decide" (see _budget).
+        settings = self.settings
+        caps = [c for c in (settings.max_offsets_per_trigger, settings.backlog_max_offsets_per_trigger) if c]
+        if caps:
+            return ReadMaxRows(max(caps))
+        if settings.min_offsets_per_trigger is not None:
+            return ReadMinRows(settings.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_offset = SourceOffset.from_json(start)
-        end = self.enumerator.latest_offset(start_offset, self._budget(limit))
+        end = self.enumerator.latest_offset(start_offset, self._budget(limit, start_offset.processing_backlog))
         # Returning the very dict Spark gave us tells it there is nothing new to run.
         return start if end == start_offset else end.to_json()
 
-    def _budget(self, limit: ReadLimit) -> ReadBudget:
-        # Spark's Python API has no composite limit; the default limit stands for both of the
-        # user's options. Any other limit Spark passes (ReadAllAvailable for Trigger.Once,
-        # say) must be honoured as given.
+    def _budget(self, limit: ReadLimit, processing_backlog: bool) -> ReadBudget:
+        """The batch budget for Spark's ``limit``.
+
+        Our default limit means: ``backlog.maxOffsetsPerTrigger`` while processing backlog
+        (when set), else ``maxOffsetsPerTrigger`` (or everything), with
+        ``minOffsetsPerTrigger`` applied too. Any other limit Spark passes
+        (ReadAllAvailable for ``Trigger.Once``, say) is honoured as given.
+        """
+        settings = self.settings
+        if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
+            backlog_cap = settings.backlog_max_offsets_per_trigger if processing_backlog else None
+            return ReadBudget(
+                max_records=backlog_cap or settings.max_offsets_per_trigger,
+                min_records=settings.min_offsets_per_trigger,
+            )
         if isinstance(limit, ReadMaxRows):
-            return ReadBudget(max_records=limit.max_rows, min_records=self.settings.min_offsets_per_trigger)
+            return ReadBudget(max_records=limit.max_rows)
         if isinstance(limit, ReadMinRows):
             return ReadBudget(min_records=limit.min_rows)
         return ReadBudget()

@@ -16,12 +16,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from typing import Protocol
+
 from backlog_source.buckets import Bucket
 from backlog_source.errors import ConfigError, DataLossError
 from backlog_source.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
+from enumerator.backlog import FOREIGN, HANDLED, BacklogState, record_boundaries
 from enumerator.kafka_admin import OffsetsClient
 from enumerator.offsets import SourceOffset
 from enumerator.planner import lag, rate_limit
+from events.channel import CONTROL_PARTITION, ControlMessages
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,14 @@ class ReadBudget:
     min_records: int | None = None
 
 
+class ControlReader(Protocol):
+    """Reads the control topic (``events.channel.ControlTopicReader``; a fake in tests)."""
+
+    def read_from(self, position: int) -> ControlMessages: ...
+
+    def close(self) -> None: ...
+
+
 class Enumerator:
     """Plans offsets for one source of one query run. Not thread-safe; Spark calls it serially."""
 
@@ -46,11 +58,16 @@ class Enumerator:
         self,
         settings: SourceSettings,
         client: OffsetsClient,
+        control: ControlReader | None = None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if settings.backlog_enabled and control is None:
+            raise ValueError("backlog tracking needs a control topic reader")
         self._settings = settings
         self._client = client
+        self._control = control
+        self._control_ready = False
         self._clock = clock
         self._available_now_target: dict[Bucket, int] | None = None
         # maxTriggerDelay counts from the start of this run, then from each batch.
@@ -92,7 +109,16 @@ class Enumerator:
         if self._settings.assign is not None:
             self._check_assigned_exist(buckets)
         positions = self._starting_positions(buckets)
-        return SourceOffset(source_id=uuid.uuid4().hex, positions=positions)
+        source_id = uuid.uuid4().hex
+        if not self._settings.backlog_enabled:
+            return SourceOffset(source_id=source_id, positions=positions)
+        self._ensure_control_topic()
+        # Events written before this query started are not ours: start at the log end.
+        events_position = self._control_log_end()
+        log_end = self._client.latest_offsets(buckets) if buckets else {}
+        backlog = record_boundaries(positions, log_end, buckets)
+        self._log_boundaries(source_id, backlog, positions)
+        return SourceOffset(source_id=source_id, positions=positions, backlog=backlog, events_position=events_position)
 
     def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
         """The end of the next batch that starts at ``start``; ``start`` itself when there is
@@ -105,7 +131,17 @@ class Enumerator:
         """
         current = self.subscribed_buckets() if self._settings.assign is None else set(self._settings.assign)
         positions = dict(start.positions)
-        self._drop_vanished(positions, current)
+        state, events_position = start.backlog_state, start.events_position
+        if self._settings.backlog_enabled:
+            state, events_position = self._apply_events(start)
+            # Safety net: `start` is the last committed end, so its positions are committed.
+            state, passed = state.finish_passed(start.positions)
+            for bucket in passed:
+                log.warning(
+                    "%s reached its backlog boundary %d by committed position without its "
+                    "BacklogFinishEvent (lost or late); finished it anyway", bucket, start.backlog[bucket]
+                )
+        state = state.without(self._drop_vanished(positions, current))
         new_buckets = current - positions.keys()
         if new_buckets:
             earliest = self._client.earliest_offsets(new_buckets)
@@ -116,6 +152,16 @@ class Enumerator:
         latest = self._client.latest_offsets(positions.keys()) if positions else {}
         self._latest = latest
         restarted = new_buckets | self._handle_moved_backwards(positions, latest)
+        if self._settings.backlog_enabled:
+            # Discovered and reset buckets get a boundary of their own; a recorded one never moves.
+            fresh = record_boundaries(positions, latest, restarted)
+            state = state.without(restarted).with_boundaries(fresh)
+            self._log_boundaries(start.source_id, fresh, positions)
+            was_pending = state.processing_backlog
+            state = state.maybe_reenter(positions, latest, self._settings.backlog_reenter_lag)
+            if state.processing_backlog and not was_pending:
+                log.info("total lag exceeds backlog.reenterLag=%d: entering backlog again", self._settings.backlog_reenter_lag)
+                self._log_boundaries(start.source_id, state.pending, positions)
 
         target = latest
         if self._available_now_target is not None:
@@ -129,9 +175,17 @@ class Enumerator:
         # it here would skip records. The next batch reads from there.
         target = {b: (positions[b] if b in restarted else target[b]) for b in positions}
         end_positions = self._apply_budget(positions, target, budget)
-        end = replace(start, positions=end_positions)
-        if end == start:
+        if end_positions == start.positions and state.pending == start.backlog:
+            # Nothing to read and no backlog change: no batch. Events read meanwhile (foreign,
+            # duplicate, malformed) are re-read from the checkpointed position next time.
             return start
+        end = replace(
+            start,
+            positions=end_positions,
+            backlog=state.pending,
+            events_position=events_position,
+            event_counts=state.counts,
+        )
         if end.positions != start.positions:
             self._last_batch_at = self._clock()
         return end
@@ -147,6 +201,47 @@ class Enumerator:
 
     def close(self) -> None:
         self._client.close()
+        if self._control is not None:
+            self._control.close()
+
+    # ---------------------------------------------------------------- backlog events
+
+    def _ensure_control_topic(self) -> None:
+        """Create the control topic once per run; raises ControlTopicError naming the option."""
+        if not self._control_ready:
+            self._client.ensure_topic(self._settings.backlog_events_topic, 1)
+            self._control_ready = True
+
+    def _control_log_end(self) -> int:
+        control = Bucket(self._settings.backlog_events_topic, CONTROL_PARTITION)
+        return self._client.latest_offsets([control])[control]
+
+    def _apply_events(self, start: SourceOffset) -> tuple[BacklogState, int]:
+        """Apply every control message since the checkpointed position to the backlog state."""
+        self._ensure_control_topic()
+        assert self._control is not None
+        messages = self._control.read_from(start.events_position)
+        state = start.backlog_state
+        for value in messages.values:
+            state, outcome, event = state.on_message(value, start.source_id)
+            if outcome == HANDLED and event is not None:
+                log.info(
+                    "%s finished its backlog: boundary %d, reached %d", event.bucket, event.boundary_offset,
+                    event.reached_offset,
+                )
+            elif outcome != FOREIGN:  # other queries' events on a shared topic are normal
+                self._warn_once(
+                    f"event:{outcome}", "ignoring %s message(s) on control topic %r (counted in the offset's "
+                    "event_counts; logged once)", outcome, self._settings.backlog_events_topic,
+                )
+        return state, messages.next_position
+
+    def _log_boundaries(self, source_id: str, boundaries: Mapping[Bucket, int], positions: Mapping[Bucket, int]) -> None:
+        for bucket in sorted(boundaries):
+            log.info(
+                "source %s: %s is in backlog from %d to its boundary %d", source_id, bucket, positions[bucket],
+                boundaries[bucket],
+            )
 
     # ---------------------------------------------------------------- helpers
 
@@ -165,10 +260,11 @@ class Enumerator:
             return rate_limit(positions, target, budget.max_records)
         return {b: max(positions[b], target.get(b, positions[b])) for b in positions}
 
-    def _drop_vanished(self, positions: dict[Bucket, int], current: set[Bucket]) -> None:
+    def _drop_vanished(self, positions: dict[Bucket, int], current: set[Bucket]) -> list[Bucket]:
+        """Fail, or drop buckets that no longer exist; returns the buckets dropped."""
         vanished = sorted(set(positions) - current)
         if not vanished:
-            return
+            return []
         described = ", ".join(f"{b} (next offset {positions[b]})" for b in vanished)
         if self._settings.fail_on_data_loss:
             raise DataLossError(
@@ -178,6 +274,7 @@ class Enumerator:
         log.warning("partition(s) %s no longer exist; continuing without them (failOnDataLoss=false)", described)
         for bucket in vanished:
             del positions[bucket]
+        return vanished
 
     def _handle_moved_backwards(self, positions: dict[Bucket, int], latest: Mapping[Bucket, int]) -> set[Bucket]:
         """Fail, or reset buckets whose log end is now below their position to their earliest

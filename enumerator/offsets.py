@@ -12,6 +12,7 @@ Shape, version 1::
      "backlog": {"orders": {"1": 5000}},       # boundary of each bucket still in backlog
      "processing_backlog": true,                # == bool(backlog)
      "events_position": 17,                     # next control-topic offset to read
+     "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
      "trace": "00-…-…-01"}                       # W3C traceparent of the backlog phase, or null
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
@@ -26,6 +27,7 @@ from typing import Any
 
 from backlog_source.buckets import Bucket, from_nested, to_nested
 from backlog_source.errors import OffsetFormatError
+from enumerator.backlog import BacklogState, EventCounts
 
 VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -39,12 +41,17 @@ class SourceOffset:
     positions: dict[Bucket, int]
     backlog: dict[Bucket, int] = field(default_factory=dict)
     events_position: int = 0
+    event_counts: EventCounts = field(default_factory=EventCounts)
     trace: str | None = None
 
     @property
     def processing_backlog(self) -> bool:
         """True while some tracked bucket has not reached its boundary."""
         return bool(self.backlog)
+
+    @property
+    def backlog_state(self) -> BacklogState:
+        return BacklogState(dict(self.backlog), self.event_counts)
 
     def to_json(self) -> dict[str, Any]:
         """The dict Spark checkpoints (JSON-serialisable, deterministic key order)."""
@@ -55,6 +62,7 @@ class SourceOffset:
             "backlog": to_nested(self.backlog),
             "processing_backlog": self.processing_backlog,
             "events_position": self.events_position,
+            "event_counts": self.event_counts.to_json(),
             "trace": self.trace,
         }
 
@@ -88,5 +96,6 @@ class SourceOffset:
             positions=from_nested(data.get("positions", {}), "offset field 'positions'"),
             backlog=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
             events_position=events_position,
+            event_counts=EventCounts.from_json(data.get("event_counts")),
             trace=trace,
         )

@@ -21,6 +21,9 @@ import pyarrow as pa
 
 from backlog_source.errors import DataLossError, KafkaUnavailableError
 from backlog_source.settings import SourceSettings, redact
+from events import dedup
+from events.channel import publish
+from events.model import BacklogFinishEvent
 from reader.arrow import to_record_batch
 from reader.split import KafkaSplit
 
@@ -75,8 +78,15 @@ def read_split(
     *,
     consumer_factory: Callable[[dict], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``split`` as record batches, in offset order, each exactly once.
+
+    When the split carries a backlog boundary and the consumer position moves from below it
+    to at or past it, publish one BacklogFinishEvent (at most once per worker process for a
+    source, bucket and boundary), flushed before this generator returns, so the event is on
+    the control topic before the task ends. A publish that fails is logged, not raised: the
+    enumerator's committed-position safety net finishes the bucket anyway.
 
     Raises :class:`DataLossError` when records of the range were deleted before they were
     read (``failOnDataLoss=true``; with false it logs a warning and reads what remains), and
@@ -90,12 +100,37 @@ def read_split(
     consumer = (consumer_factory or Consumer)(reader_config(settings))
     try:
         with _gc_paused():
-            yield from _consume_range(consumer, split, settings, clock)
+            for batch, position in _consume_range(consumer, split, settings, clock):
+                if batch is not None:
+                    yield batch
+                if split.crosses_boundary and position >= split.boundary:
+                    _report_finish(split, settings, position, publish_event)
     finally:
         consumer.close()
 
 
-def _consume_range(consumer, split: KafkaSplit, settings: SourceSettings, clock) -> Iterator[pa.RecordBatch]:
+def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, publish_event) -> None:
+    if not settings.backlog_enabled or split.boundary is None:
+        return
+    if not dedup.first_time(split.source_id, split.topic, split.partition, split.boundary):
+        return
+    event = BacklogFinishEvent(
+        source_id=split.source_id,
+        topic=split.topic,
+        partition=split.partition,
+        boundary_offset=split.boundary,
+        reached_offset=position,
+        emitted_at_ms=int(time.time() * 1000),
+        traceparent=split.traceparent,
+    )
+    if not publish_event(settings, event):
+        dedup.forget(split.source_id, split.topic, split.partition, split.boundary)
+
+
+def _consume_range(
+    consumer, split: KafkaSplit, settings: SourceSettings, clock
+) -> Iterator[tuple[pa.RecordBatch | None, int]]:
+    """Yield ``(batch or None, position after it)`` until the position reaches the end."""
     from confluent_kafka import KafkaError, Message, TopicPartition
 
     topic, partition, end = split.topic, split.partition, split.end
@@ -123,16 +158,17 @@ def _consume_range(consumer, split: KafkaSplit, settings: SourceSettings, clock)
                     )
                 else:
                     log.warning("transient error reading %s: %s", split.bucket, redact(error.str(), settings))
+        if records and records[-1].offset() >= end:
+            records = [m for m in records if m.offset() < end]
+            moved_to = end
+        batch = None
         if records:
-            if records[-1].offset() >= end:
-                records = [m for m in records if m.offset() < end]
-                moved_to = end
-            if records:
-                moved_to = max(moved_to, records[-1].offset() + 1)
-                yield to_record_batch(records, topic, partition, settings.include_headers)
+            moved_to = max(moved_to, records[-1].offset() + 1)
+            batch = to_record_batch(records, topic, partition, settings.include_headers)
         if moved_to > position:
             position = moved_to
             last_progress = clock()
+            yield batch, position
         elif (clock() - last_progress) * 1000 >= settings.poll_timeout_ms:
             raise KafkaUnavailableError(
                 f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "

@@ -68,3 +68,21 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class FakeControlTopic:
+    """The control topic as a list of message values; ``reads`` counts read_from calls."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes | None] = []
+        self.reads = 0
+        self.closed = False
+
+    def read_from(self, position: int):
+        from events.channel import ControlMessages
+
+        self.reads += 1
+        return ControlMessages(list(self.values[position:]), max(position, len(self.values)))
+
+    def close(self) -> None:
+        self.closed = True

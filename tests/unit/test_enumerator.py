@@ -4,7 +4,7 @@ from backlog_source.buckets import Bucket
 from backlog_source.errors import ConfigError, DataLossError
 from backlog_source.settings import parse_options
 from enumerator.enumerator import Enumerator, ReadBudget
-from tests.fakes import FakeClock, FakeOffsetsClient
+from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 
@@ -12,7 +12,7 @@ A0, A1 = Bucket("a", 0), Bucket("a", 1)
 def make(options=None, topics=None, clock=None, **fake):
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **(options or {})})
     client = FakeOffsetsClient(topics=topics if topics is not None else {"a": [(0, 100), (10, 50)]}, **fake)
-    return Enumerator(settings, client, clock=clock or FakeClock()), client
+    return Enumerator(settings, client, FakeControlTopic(), clock=clock or FakeClock()), client
 
 
 def test_initial_offset_latest_by_default_and_earliest_on_request():
@@ -107,7 +107,7 @@ def test_partition_added_to_a_known_topic_is_read_from_its_earliest_offset():
 def test_subscribe_pattern_discovers_new_topics_and_skips_the_control_topic():
     enumerator, client = make({"subscribe": None} | {}, topics={"a": [(0, 1)]})
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "a.*|_backlog_events"})
-    enumerator = Enumerator(settings, client, clock=FakeClock())
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
     start = enumerator.initial_offset()
     client.topics["ab"] = [(0, 5)]
     client.topics["_backlog_events"] = [(0, 5)]
@@ -169,12 +169,17 @@ def test_available_now_stops_at_the_offsets_captured_at_start():
     first = enumerator.latest_offset(start, ReadBudget(max_records=60))
     second = enumerator.latest_offset(first, ReadBudget(max_records=1_000))
     assert second.positions == {A0: 100, A1: 50, Bucket("a", 2): 0}
-    assert enumerator.latest_offset(second, ReadBudget(min_records=10_000)) is second
+    # One more batch records that the backlog finished (by committed position here, as the
+    # fake control topic carries no events); then the offset stops changing and the run ends.
+    third = enumerator.latest_offset(second, ReadBudget(min_records=10_000))
+    assert third.positions == second.positions
+    assert third.backlog == {Bucket("a", 2): 10}  # discovered later: unread in this run, still pending
+    assert enumerator.latest_offset(third, ReadBudget(min_records=10_000)) is third
 
 
 def test_assign_of_missing_partition_is_a_clear_error():
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"a":[0,7]}'})
-    enumerator = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 1)]}), clock=FakeClock())
+    enumerator = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 1)]}), FakeControlTopic(), clock=FakeClock())
     with pytest.raises(ConfigError, match="option 'assign' names partition.s. that do not exist: a-7"):
         enumerator.initial_offset()
 
