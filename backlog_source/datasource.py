@@ -145,7 +145,12 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.enumerator.prepare_for_available_now()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """Pure function of ``start`` and ``end``: a replayed batch gets the same splits."""
+        """Pure function of ``start`` and ``end``: a replayed batch gets the same splits.
+
+        Source id, boundaries and trace come from ``end``, which Spark always takes from its
+        offset log; the start of a query's first batch comes from a fresh ``initialOffset``
+        call instead. A bucket finished by the time ``end`` was planned carries no boundary.
+        """
         first, last = SourceOffset.from_json(start), SourceOffset.from_json(end)
         ranges = plan_ranges(
             first.positions,
@@ -159,9 +164,9 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition=r.bucket.partition,
                 start=r.start,
                 end=r.end,
-                boundary=first.backlog.get(r.bucket),
-                source_id=first.source_id,
-                traceparent=first.trace,
+                boundary=last.backlog.get(r.bucket),
+                source_id=last.source_id,
+                traceparent=last.trace,
             )
             for r in ranges
         ]

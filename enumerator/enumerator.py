@@ -74,6 +74,7 @@ class Enumerator:
         self._last_batch_at = clock()
         self._latest: dict[Bucket, int] = {}
         self._warned: set[str] = set()
+        self._initial: SourceOffset | None = None
 
     # ---------------------------------------------------------------- subscription
 
@@ -103,8 +104,15 @@ class Enumerator:
         """Where a new query starts: ``startingTimestamp``, else ``startingOffsetsByTimestamp``,
         else ``startingOffsets`` (Spark's precedence).
 
+        Computed once per run: Spark calls ``initialOffset`` again when it runs the first
+        batch (its start is not taken from the offset log), and both calls must agree.
         Raises :class:`ConfigError` when the starting options do not fit the subscription.
         """
+        if self._initial is None:
+            self._initial = self._compute_initial_offset()
+        return self._initial
+
+    def _compute_initial_offset(self) -> SourceOffset:
         buckets = self.subscribed_buckets()
         if self._settings.assign is not None:
             self._check_assigned_exist(buckets)

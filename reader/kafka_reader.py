@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 CONSUME_BATCH = 10_000
 #: Upper bound of one consume() wait, so the no-progress deadline is checked often.
 _CONSUME_WAIT_S = 1.0
+#: While the position does not move, ask this often whether the partition still exists
+#: (librdkafka does not always report a deleted topic as an error).
+_EXISTENCE_CHECK_S = 3.0
 
 #: Defaults a user may override with ``kafka.*`` options. A deep prefetch queue made both a
 #: bare consumer loop and this reader about 5x faster (benchmarks/read_throughput.py);
@@ -136,7 +139,7 @@ def _consume_range(
     topic, partition, end = split.topic, split.partition, split.end
     consumer.assign([TopicPartition(topic, partition, split.start)])
     position = split.start
-    last_progress = clock()
+    last_progress = last_check = clock()
     while position < end:
         messages = consumer.consume(CONSUME_BATCH, _CONSUME_WAIT_S)
         records = messages
@@ -151,6 +154,8 @@ def _consume_range(
                     moved_to = max(moved_to, message.offset())
                 elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     moved_to = _handle_out_of_range(consumer, split, position, settings)
+                elif error.code() in _UNKNOWN_TOPIC_CODES and _vanished(consumer, split, settings):
+                    moved_to = _handle_vanished(split, position, settings)
                 elif error.fatal():
                     raise KafkaUnavailableError(
                         f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
@@ -165,15 +170,53 @@ def _consume_range(
         if records:
             moved_to = max(moved_to, records[-1].offset() + 1)
             batch = to_record_batch(records, topic, partition, settings.include_headers)
+        now = clock()
         if moved_to > position:
             position = moved_to
-            last_progress = clock()
+            last_progress = last_check = now
             yield batch, position
-        elif (clock() - last_progress) * 1000 >= settings.poll_timeout_ms:
+        elif now - last_check >= _EXISTENCE_CHECK_S and _vanished(consumer, split, settings):
+            position = _handle_vanished(split, position, settings)
+            yield None, position
+        elif (now - last_progress) * 1000 >= settings.poll_timeout_ms:
             raise KafkaUnavailableError(
                 f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
                 f"{settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
             )
+        if now - last_check >= _EXISTENCE_CHECK_S:
+            last_check = now
+
+
+def _unknown_topic_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
+
+
+_UNKNOWN_TOPIC_CODES = _unknown_topic_codes()
+
+
+def _vanished(consumer, split: KafkaSplit, settings: SourceSettings) -> bool:
+    """Confirm with a metadata request that the split's partition no longer exists (an
+    unknown-topic error can also be a transient metadata glitch)."""
+    try:
+        metadata = consumer.list_topics(split.topic, timeout=min(settings.poll_timeout_ms / 1000, 10))
+    except Exception:
+        return False  # cannot tell: keep trying until pollTimeoutMs
+    topic = metadata.topics.get(split.topic)
+    return topic is None or topic.error is not None or split.partition not in topic.partitions
+
+
+def _handle_vanished(split: KafkaSplit, position: int, settings: SourceSettings) -> int:
+    """The partition was deleted while this split read it: fail, or finish the split."""
+    message = (
+        f"{split.bucket} no longer exists; records {position}..{split.end - 1} of the batch range "
+        f"[{split.start}, {split.end}) cannot be read"
+    )
+    if settings.fail_on_data_loss:
+        raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    return split.end
 
 
 def _handle_out_of_range(consumer, split: KafkaSplit, position: int, settings: SourceSettings) -> int:

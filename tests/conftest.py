@@ -21,7 +21,8 @@ def broker():
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession for the whole test session, with the source registered."""
+    """One local SparkSession (2 cores; a failed task is retried once, as on a cluster) for the
+    whole test session, with the source registered."""
     # Spark's Python workers must run this interpreter, which has the project installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -30,7 +31,7 @@ def spark():
     from backlog_source import BacklogDataSource
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")
         .appName("backlog-source-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -22,9 +22,14 @@ def test_initial_offset_latest_by_default_and_earliest_on_request():
     assert enumerator.initial_offset().positions == {A0: 0, A1: 10}
 
 
-def test_source_id_is_new_for_each_new_query():
-    enumerator, _ = make()
-    assert enumerator.initial_offset().source_id != enumerator.initial_offset().source_id
+def test_initial_offset_is_computed_once_per_run_and_source_ids_differ_per_query():
+    # Spark calls initialOffset again when it runs the first batch; both calls must agree.
+    enumerator, client = make()
+    first = enumerator.initial_offset()
+    client.append("a", 0, 10)
+    assert enumerator.initial_offset() is first
+    other, _ = make()
+    assert other.initial_offset().source_id != first.source_id
 
 
 def test_specific_starting_offsets_with_sentinels():

@@ -49,6 +49,18 @@ class FakeConsumer:
     def get_watermark_offsets(self, tp, timeout):
         return self.watermarks
 
+    def list_topics(self, topic, timeout):
+        class Topic:
+            error = None
+            partitions = {p: None for p in range(8)}
+
+        class Metadata:
+            topics = {"t": Topic()} if self.topics_present is None else self.topics_present
+
+        return Metadata()
+
+    topics_present: dict | None = None  # None: topic "t" exists with partitions 0..7
+
     def close(self):
         self.closed = True
 
@@ -125,3 +137,32 @@ def test_columns_follow_sparks_kafka_source():
     assert rows[0]["headers"] == [{"key": "h", "value": b"x"}] and rows[1]["headers"] == []
     assert {r["topic"] for r in rows} == {"t"} and {r["partition"] for r in rows} == {4}
     assert batch.schema == kafka_reader.to_record_batch.__globals__["_SCHEMAS"][True]
+
+
+def test_a_partition_deleted_mid_read_is_data_loss_or_skipped():
+    unknown = [[Msg(-1001, error=Err(KafkaError.UNKNOWN_TOPIC_OR_PART))]]
+
+    def gone(script):
+        consumer = FakeConsumer(script)
+        consumer.topics_present = {}
+        return consumer
+
+    with pytest.raises(DataLossError, match=r"t-0 no longer exists; records 2..9 of the batch range \[0, 10\)"):
+        list(read_split(KafkaSplit("t", 0, 0, 10), SETTINGS, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"})
+    batches = list(read_split(KafkaSplit("t", 0, 0, 10), settings, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
+    assert offsets_read(batches) == [0, 1]
+
+
+def test_an_unknown_topic_error_that_metadata_does_not_confirm_is_transient():
+    glitch = [[Msg(-1001, error=Err(KafkaError.UNKNOWN_TOPIC_OR_PART))]]
+    batches = list(read_split(KafkaSplit("t", 0, 0, 3), SETTINGS, consumer_factory=FakeConsumer([[Msg(0)]] + glitch + [[Msg(1), Msg(2)]])))
+    assert offsets_read(batches) == [0, 1, 2]
+
+
+def test_a_deleted_partition_is_noticed_even_without_an_error_from_the_client():
+    clock = FakeClock()
+    consumer = FakeConsumer([[Msg(0)]], clock=clock)
+    consumer.topics_present = {}  # metadata no longer lists the topic
+    with pytest.raises(DataLossError, match="t-0 no longer exists"):
+        list(read_split(KafkaSplit("t", 0, 0, 5), SETTINGS, consumer_factory=consumer, clock=clock))

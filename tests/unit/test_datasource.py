@@ -1,0 +1,41 @@
+"""The Spark adapter's pure parts: splits from (start, end), read limits, pickling."""
+
+import pickle
+
+from backlog_source.buckets import Bucket
+from backlog_source.datasource import BacklogStreamReader
+from backlog_source.settings import parse_options
+from enumerator.offsets import SourceOffset
+from reader.split import KafkaSplit
+
+A0, A1 = Bucket("a", 0), Bucket("a", 1)
+SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxRecordsPerPartition": "50"})
+
+
+def test_splits_take_source_id_boundaries_and_trace_from_end():
+    # Spark re-calls initialOffset for a query's first batch, so `start` may carry another
+    # source id; `end` always comes from the offset log.
+    start = SourceOffset("fresh-id", {A0: 0, A1: 0}, backlog={A0: 80, A1: 60})
+    end = SourceOffset("logged-id", {A0: 100, A1: 40}, backlog={A0: 80}, trace="00-t-s-01")
+    splits = BacklogStreamReader(SETTINGS).partitions(start.to_json(), end.to_json())
+    assert {s.source_id for s in splits} == {"logged-id"}
+    assert {s.traceparent for s in splits} == {"00-t-s-01"}
+    assert [(s.partition, s.start, s.end, s.boundary) for s in splits] == [
+        (0, 0, 50, 80), (0, 50, 100, 80), (1, 0, 40, None),  # a-1 finished: no boundary
+    ]
+    assert [s.crosses_boundary for s in splits] == [False, True, False]
+
+
+def test_partitions_is_a_pure_function_of_start_and_end():
+    start = SourceOffset("x", {A0: 0}).to_json()
+    end = SourceOffset("x", {A0: 120}, backlog={A0: 120}).to_json()
+    reader = BacklogStreamReader(SETTINGS)
+    assert reader.partitions(start, end) == reader.partitions(start, end)
+    assert all(isinstance(s, KafkaSplit) for s in reader.partitions(start, end))
+
+
+def test_reader_pickles_without_clients():
+    reader = BacklogStreamReader(SETTINGS)
+    _ = reader.enumerator  # creates lazily; no connection is made until used
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.settings == SETTINGS and copy._enumerator is None
