@@ -28,6 +28,11 @@ _EXPORTS = {
     "SourceSettings": "backlog_source.settings",
     "parse_options": "backlog_source.settings",
     "lag_metrics": "backlog_source.metrics",
+    "start_backlog_aware": "backlog_source.mode_switch",
+    "BacklogAwareQuery": "backlog_source.mode_switch",
+    "BacklogModeListener": "backlog_source.mode_switch",
+    "Mode": "backlog_source.mode_switch",
+    "Transition": "backlog_source.mode_switch",
 }
 
 __all__ = sorted(_EXPORTS)

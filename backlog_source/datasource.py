@@ -112,24 +112,25 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_offset = SourceOffset.from_json(start)
-        end = self.enumerator.latest_offset(start_offset, self._budget(limit, start_offset.processing_backlog))
+        end = self.enumerator.latest_offset(start_offset, self._budget(limit))
         # Returning the very dict Spark gave us tells it there is nothing new to run.
         return start if end == start_offset else end.to_json()
 
-    def _budget(self, limit: ReadLimit, processing_backlog: bool) -> ReadBudget:
+    def _budget(self, limit: ReadLimit) -> ReadBudget:
         """The batch budget for Spark's ``limit``.
 
         Our default limit means: ``backlog.maxOffsetsPerTrigger`` while processing backlog
-        (when set), else ``maxOffsetsPerTrigger`` (or everything), with
-        ``minOffsetsPerTrigger`` applied too. Any other limit Spark passes
-        (ReadAllAvailable for ``Trigger.Once``, say) is honoured as given.
+        (when set; the enumerator applies it once it knows this batch's backlog state),
+        else ``maxOffsetsPerTrigger`` (or everything), with ``minOffsetsPerTrigger`` applied
+        too. Any other limit Spark passes (ReadAllAvailable for ``Trigger.Once``, say) is
+        honoured as given.
         """
         settings = self.settings
         if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
-            backlog_cap = settings.backlog_max_offsets_per_trigger if processing_backlog else None
             return ReadBudget(
-                max_records=backlog_cap or settings.max_offsets_per_trigger,
+                max_records=settings.max_offsets_per_trigger,
                 min_records=settings.min_offsets_per_trigger,
+                backlog_max_records=settings.backlog_max_offsets_per_trigger,
             )
         if isinstance(limit, ReadMaxRows):
             return ReadBudget(max_records=limit.max_rows)

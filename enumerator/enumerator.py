@@ -37,10 +37,19 @@ class ReadBudget:
     ``max_records``: at most this many records in total (None: no cap).
     ``min_records``: skip the batch while fewer are available, unless ``maxTriggerDelay``
     has passed since the last batch (None: no minimum).
+    ``backlog_max_records``: replaces ``max_records`` while the source is processing backlog
+    as of this batch (after events, discovery and re-entry are applied), so a batch that
+    enters backlog is already sized for it.
     """
 
     max_records: int | None = None
     min_records: int | None = None
+    backlog_max_records: int | None = None
+
+    def for_state(self, processing_backlog: bool) -> "ReadBudget":
+        if processing_backlog and self.backlog_max_records is not None:
+            return ReadBudget(self.backlog_max_records, self.min_records)
+        return ReadBudget(self.max_records, self.min_records)
 
 
 class ControlReader(Protocol):
@@ -128,6 +137,14 @@ class Enumerator:
         self._log_boundaries(source_id, backlog, positions)
         return SourceOffset(source_id=source_id, positions=positions, backlog=backlog, events_position=events_position)
 
+    def probe_initial_backlog(self) -> dict[Bucket, int]:
+        """The boundaries a new query would record now, without creating anything (no
+        control topic, no source id). Used to pick a new query's first trigger mode."""
+        buckets = self.subscribed_buckets()
+        positions = self._starting_positions(buckets)
+        log_end = self._client.latest_offsets(buckets) if buckets else {}
+        return record_boundaries(positions, log_end, buckets)
+
     def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
         """The end of the next batch that starts at ``start``; ``start`` itself when there is
         nothing to read (Spark then runs no batch).
@@ -182,7 +199,7 @@ class Enumerator:
         # partitions() reads [start, end) of buckets in the batch's start only, so advancing
         # it here would skip records. The next batch reads from there.
         target = {b: (positions[b] if b in restarted else target[b]) for b in positions}
-        end_positions = self._apply_budget(positions, target, budget)
+        end_positions = self._apply_budget(positions, target, budget.for_state(state.processing_backlog))
         if end_positions == start.positions and state.pending == start.backlog:
             # Nothing to read and no backlog change: no batch. Events read meanwhile (foreign,
             # duplicate, malformed) are re-read from the checkpointed position next time.

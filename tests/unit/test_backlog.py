@@ -166,9 +166,24 @@ def test_backlog_read_limit_applies_only_while_processing_backlog():
     reader = BacklogStreamReader(settings)
     default = reader.getDefaultReadLimit()
     assert default == ReadMaxRows(5000)
-    assert reader._budget(default, processing_backlog=True).max_records == 5000
-    assert reader._budget(default, processing_backlog=False).max_records == 100
-    assert reader._budget(ReadMaxRows(7), processing_backlog=True).max_records == 7
+    budget = reader._budget(default)
+    assert budget.for_state(processing_backlog=True).max_records == 5000
+    assert budget.for_state(processing_backlog=False).max_records == 100
+    assert reader._budget(ReadMaxRows(7)).for_state(processing_backlog=True).max_records == 7
+
+
+def test_the_batch_that_reenters_backlog_is_sized_by_the_backlog_limit():
+    enumerator, client, control = make({"backlog.reenterLag": "50"})
+    offset = enumerator.initial_offset()
+    budget = ReadBudget(max_records=None, backlog_max_records=7)
+    for _ in range(30):
+        offset = enumerator.latest_offset(offset, budget)
+    assert not offset.processing_backlog
+    before = dict(offset.positions)
+    client.append("a", 0, 1000)
+    entered = enumerator.latest_offset(offset, budget)
+    assert entered.processing_backlog
+    assert sum(entered.positions.values()) - sum(before.values()) == 7
 
 
 def test_control_topic_that_cannot_be_created_fails_at_start_naming_the_option():
@@ -214,3 +229,11 @@ def test_pure_state_rules():
     state, passed = state.finish_passed({A0: 8, A1: 4})
     assert passed == [A1] and state.pending == {A0: 9} and state.counts["finished_by_position"] == 1
     assert EventCounts.from_json(state.counts.to_json()) == state.counts
+
+
+def test_probe_reports_the_boundaries_a_new_query_would_record_without_side_effects():
+    enumerator, client, control = make()
+    assert enumerator.probe_initial_backlog() == {A0: 100, A2: 30}
+    assert client.created == [] and control.reads == 0
+    caught_up, _, _ = make({"startingOffsets": "latest"})
+    assert caught_up.probe_initial_backlog() == {}
