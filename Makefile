@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-unit test-integration demo bench check-tools clean
+.PHONY: test test-unit test-integration demo bench bench-modes check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -31,6 +31,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/read_throughput.py
+
+bench-modes: $(STAMP)
+	$(PY) benchmarks/mode_switch.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

@@ -144,7 +144,7 @@ class BacklogAwareQuery:
         low_latency_interval: str,
         initial_mode: Mode,
         *,
-        settle_timeout_s: float = 10.0,
+        settle_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._writer = writer
@@ -168,7 +168,8 @@ class BacklogAwareQuery:
 
     @property
     def mode(self) -> str:
-        return self._mode.value
+        with self._lock:
+            return self._mode.value
 
     @property
     def transitions(self) -> list[Transition]:
@@ -218,10 +219,16 @@ class BacklogAwareQuery:
         log.info("started in %s mode (trigger %s)", self._mode.value, self._intervals[self._mode])
         return self
 
-    def _start_query(self, mode: Mode) -> None:
+    def _start_query(self, mode: Mode, transition: Transition | None = None) -> None:
         query = self._writer.trigger(processingTime=self._intervals[mode]).start()
         with self._lock:
+            # Mode and transitions change together, so readers never see one without the other.
             self._query, self._query_id, self._run_id, self._mode = query, str(query.id), str(query.runId), mode
+            if transition is not None:
+                restart = self._clock() - transition.at
+                self._transitions.append(
+                    Transition(transition.from_mode, transition.to_mode, transition.batch_id, transition.at, restart)
+                )
 
     def _run(self) -> None:
         while True:
@@ -254,7 +261,7 @@ class BacklogAwareQuery:
     def _switch(self, wanted: Mode, batch_id: int) -> None:
         decided = self._clock()
         old, previous = self._query, self._mode
-        self._wait_for_idle_trigger(old)
+        self._wait_for_batch_boundary(old, batch_id)
         # The run kept going while we waited: if its latest batch flipped the flag back,
         # there is nothing to switch.
         latest = _mode_of(_last_progress(old))
@@ -266,25 +273,31 @@ class BacklogAwareQuery:
         # changed the flag again (e.g. a re-entered backlog finished meanwhile), the new run
         # may never report it (no new batch), so its mode must follow that batch now.
         target = _mode_of(_last_progress(old)) or wanted
-        self._start_query(target)
+        transition = Transition(previous.value, target.value, batch_id, decided, 0.0)
+        self._start_query(target, transition if target is not previous else None)
         if target is previous:
             log.info("restarted in %s: the last batch before the stop ended the change", previous.value)
             return
-        transition = Transition(previous.value, target.value, batch_id, decided, self._clock() - decided)
-        with self._lock:
-            self._transitions.append(transition)
+        transition = self._transitions[-1]
         log.info(
             "switched %s -> %s after batch %d in %.2f s", previous.value, target.value, batch_id,
             transition.restart_seconds,
         )
 
-    def _wait_for_idle_trigger(self, query) -> None:
-        # Stop between batches when possible: a batch interrupted mid-way is replayed after
-        # the restart (correct, but work done twice).
+    def _wait_for_batch_boundary(self, query, batch_id: int) -> None:
+        """Return when the running trigger is idle or a batch after ``batch_id`` committed.
+
+        Stopping between batches avoids redoing an interrupted batch (correct either way:
+        Spark replays it with the same offsets). With back-to-back batches the trigger is
+        never seen idle, so the next commit is the boundary; bounded by the settle timeout.
+        """
         deadline = time.monotonic() + self._settle_timeout_s
         while time.monotonic() < deadline:
             try:
                 if not query.status.get("isTriggerActive", False):
+                    return
+                progress = query.lastProgress
+                if progress is not None and _get(progress, "batchId") > batch_id:
                     return
             except Exception:
                 return

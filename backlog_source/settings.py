@@ -303,18 +303,21 @@ def _parse_long(name: str, raw: str) -> int:
         raise ConfigError(f"option '{name}' must be a whole number, got {raw!r}") from None
 
 
-def _parse_positive(name: str, raw: str) -> int:
-    value = _parse_long(name, raw)
-    if value <= 0:
-        raise ConfigError(f"option '{name}' must be a positive whole number, got {raw!r}")
-    return value
+def _parse_at_least(minimum: int, allowed: str):
+    """A parser of whole numbers >= ``minimum``; ``allowed`` completes "must be ..." in errors."""
+
+    def parse(name: str, raw: str) -> int:
+        value = _parse_long(name, raw)
+        if value < minimum:
+            raise ConfigError(f"option '{name}' must be {allowed}, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _parse_non_negative(name: str, raw: str) -> int:
-    value = _parse_long(name, raw)
-    if value < 0:
-        raise ConfigError(f"option '{name}' must be zero or a positive whole number, got {raw!r}")
-    return value
+_parse_positive = _parse_at_least(1, "a positive whole number")
+_parse_non_negative = _parse_at_least(0, "zero or a positive whole number")
+_parse_timestamp = _parse_at_least(0, "a timestamp in ms since the epoch (>= 0)")
 
 
 def parse_duration_ms(name: str, raw: str) -> int:
@@ -426,13 +429,6 @@ def _parse_offsets_by_timestamp(name: str, raw: str) -> dict[Bucket, int]:
         if timestamp < 0:
             raise ConfigError(f"option '{name}': timestamp {timestamp} for {bucket} must be >= 0")
     return offsets
-
-
-def _parse_timestamp(name: str, raw: str) -> int:
-    value = _parse_long(name, raw)
-    if value < 0:
-        raise ConfigError(f"option '{name}' must be a timestamp in ms since the epoch (>= 0), got {raw!r}")
-    return value
 
 
 def _parse_strategy(name: str, raw: str) -> str:

@@ -58,3 +58,13 @@ def wait_for_progress(query, predicate, timeout_s: float = 120, what: str = "pro
 def settle(seconds: float) -> None:
     """A deliberate pause where a test must show that something does *not* happen."""
     time.sleep(seconds)
+
+
+def start_noop(df, tmp_path, trigger: str = "100 milliseconds", name: str = "ckpt"):
+    """Start ``df`` into the noop sink with a checkpoint under ``tmp_path``."""
+    return (
+        df.writeStream.format("noop")
+        .trigger(processingTime=trigger)
+        .option("checkpointLocation", str(tmp_path / name))
+        .start()
+    )

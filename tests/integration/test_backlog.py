@@ -9,7 +9,7 @@ import pytest
 
 from backlog_source.broker import delete_topic, produce
 from events.model import BacklogFinishEvent, MalformedEvent
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, wait_for, wait_for_progress
+from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_noop, wait_for, wait_for_progress
 
 pytestmark = pytest.mark.integration
 
@@ -61,13 +61,7 @@ def test_each_bucket_with_backlog_finishes_once_by_its_event_even_with_task_retr
 
     check = udf(fail_first_attempt, "long", useArrow=False)
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.eventsTopic": control})
-    query = (
-        df.select(check(col("partition"), col("offset")).alias("offset"))
-        .writeStream.format("noop")
-        .trigger(processingTime="100 milliseconds")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
-    )
+    query = start_noop(df.select(check(col("partition"), col("offset")).alias("offset")), tmp_path)
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
         progress = query.recentProgress
@@ -91,13 +85,7 @@ def test_restore_mid_backlog_keeps_the_boundaries(spark, broker, topic_name, tmp
     boundaries = {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
 
     def start():
-        return (
-            reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=4_000)
-            .writeStream.format("noop")
-            .trigger(processingTime="100 milliseconds")
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .start()
-        )
+        return start_noop(reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=4_000), tmp_path)
 
     query = start()
     wait_for_progress(query, lambda p: p.batchId >= 1, what="two batches")
@@ -121,13 +109,10 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
     make_topic(broker, first, 1, per_partition=30_000)
 
     def start():
-        return (
+        return start_noop(
             reader(spark, broker, subscribePattern=f"{topic_name}-.*", startingOffsets="earliest",
-                   maxOffsetsPerTrigger=1_000, failOnDataLoss="false")
-            .writeStream.format("noop")
-            .trigger(processingTime="200 milliseconds")
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .start()
+                   maxOffsetsPerTrigger=1_000, failOnDataLoss="false"),
+            tmp_path, trigger="200 milliseconds",
         )
 
     query = start()
@@ -160,13 +145,7 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
 def test_garbage_foreign_and_stale_control_messages_are_ignored_and_counted(spark, broker, topic_name, tmp_path):
     control = f"ctl-{uuid.uuid4().hex[:8]}"
     make_topic(broker, topic_name, 1, per_partition=10)
-    query = (
-        reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.eventsTopic": control})
-        .writeStream.format("noop")
-        .trigger(processingTime="100 milliseconds")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
-    )
+    query = start_noop(reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.eventsTopic": control}), tmp_path)
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
         source_id = offsets_of(query.recentProgress[0])["source_id"]
@@ -190,12 +169,9 @@ def test_garbage_foreign_and_stale_control_messages_are_ignored_and_counted(spar
 
 def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topic_name, tmp_path):
     make_topic(broker, topic_name, 2, per_partition=100)
-    query = (
-        reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=500, **{"backlog.reenterLag": "2000"})
-        .writeStream.format("noop")
-        .trigger(processingTime="100 milliseconds")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+    query = start_noop(
+        reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=500, **{"backlog.reenterLag": "2000"}),
+        tmp_path,
     )
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the first catch-up")
