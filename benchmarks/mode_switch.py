@@ -89,22 +89,28 @@ def run(spark, bootstrap: str, name: str, args) -> dict:
 
     batches: list[dict] = []
     latencies: list[float] = []
+    seen: dict[int, int] = {}  # highest offset written so far, per partition
     state = {"drained_at": None, "handle": None}
     started = time.time()
     live_from_ms = [None]
 
     def sink(batch_df, batch_id):
         begin = time.time()
-        stats = batch_df.groupBy("partition").agg(F.max("offset").alias("max_offset")).collect()
-        live = batch_df.where(F.col("value").startswith(F.lit(b"l"))).select(
-            F.unix_millis("timestamp").alias("ms")).collect() if live_from_ms[0] else []
-        count = batch_df.count()
+        # One read of the batch: the actions below would each re-read Kafka otherwise.
+        batch_df = batch_df.select("partition", "offset", F.unix_millis("timestamp").alias("ms"),
+                                   F.col("value").startswith(F.lit(b"l")).alias("live")).persist()
+        stats = batch_df.groupBy("partition").agg(F.max("offset").alias("max_offset"), F.count("*").alias("n")).collect()
+        live = batch_df.where("live").select("ms").collect() if live_from_ms[0] else []
+        count = sum(r.n for r in stats)
+        batch_df.unpersist()
         end = time.time()
         latencies.extend(end - row.ms / 1000 for row in live)
         handle = state["handle"]
         batches.append({"batch_id": batch_id, "start": begin - started, "end": end - started, "records": count,
                         "mode": handle.mode if handle else name})
-        if state["drained_at"] is None and len(stats) == PARTITIONS and all(r.max_offset >= backlog_end - 1 for r in stats):
+        for row in stats:
+            seen[row.partition] = max(seen.get(row.partition, -1), row.max_offset)
+        if state["drained_at"] is None and len(seen) == PARTITIONS and all(o >= backlog_end - 1 for o in seen.values()):
             state["drained_at"] = end - started
 
     with tempfile.TemporaryDirectory() as checkpoint:
