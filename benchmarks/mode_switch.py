@@ -1,6 +1,7 @@
 """Adaptive triggers vs. fixed ones: drain time, then latency under live traffic.
 
-For each configuration, on a fresh topic with the same backlog and live traffic:
+After one warm-up query, for each configuration, on a fresh topic with the same backlog
+and live traffic:
 
 * ``adaptive``: ``start_backlog_aware(writer, "0 seconds", "1 second")`` with
   ``backlog.maxOffsetsPerTrigger`` = 5M (high-throughput) and ``maxOffsetsPerTrigger`` = 50k
@@ -159,6 +160,19 @@ def run(spark, bootstrap: str, name: str, args) -> dict:
     return result
 
 
+def warm_up(spark, bootstrap: str) -> None:
+    """One small query first, so no configuration pays the JVM's and the Python workers'
+    cold start (the first query of a session was measured ~5 s slower)."""
+    topic = f"bench-warm-up-{int(time.time())}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, ((i % PARTITIONS, None, b"w" * 100) for i in range(200_000)))
+    with tempfile.TemporaryDirectory() as checkpoint:
+        (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+         .option("startingOffsets", "earliest").load()
+         .writeStream.foreachBatch(lambda df, _: df.count()).trigger(availableNow=True)
+         .option("checkpointLocation", checkpoint).start().awaitTermination())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backlog", type=int, default=2_000_000)
@@ -178,6 +192,7 @@ def main() -> None:
                  .config("spark.driver.memory", "4g").config("spark.sql.shuffle.partitions", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(BacklogDataSource)
+        warm_up(spark, broker.bootstrap_servers)
         results = {name: run(spark, broker.bootstrap_servers, name, args) for name in args.configs.split(",")}
         spark.stop()
     finally:
