@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -219,16 +219,18 @@ class BacklogAwareQuery:
         log.info("started in %s mode (trigger %s)", self._mode.value, self._intervals[self._mode])
         return self
 
-    def _start_query(self, mode: Mode, transition: Transition | None = None) -> None:
+    def _start_query(self, mode: Mode, transition: Transition | None = None) -> Transition | None:
+        """Start a run in ``mode``; record ``transition`` (with its restart time) if given and
+        return the recorded one."""
         query = self._writer.trigger(processingTime=self._intervals[mode]).start()
         with self._lock:
             # Mode and transitions change together, so readers never see one without the other.
             self._query, self._query_id, self._run_id, self._mode = query, str(query.id), str(query.runId), mode
-            if transition is not None:
-                restart = self._clock() - transition.at
-                self._transitions.append(
-                    Transition(transition.from_mode, transition.to_mode, transition.batch_id, transition.at, restart)
-                )
+            if transition is None:
+                return None
+            recorded = replace(transition, restart_seconds=self._clock() - transition.at)
+            self._transitions.append(recorded)
+            return recorded
 
     def _run(self) -> None:
         while True:
@@ -273,12 +275,11 @@ class BacklogAwareQuery:
         # changed the flag again (e.g. a re-entered backlog finished meanwhile), the new run
         # may never report it (no new batch), so its mode must follow that batch now.
         target = _mode_of(_last_progress(old)) or wanted
-        transition = Transition(previous.value, target.value, batch_id, decided, 0.0)
-        self._start_query(target, transition if target is not previous else None)
-        if target is previous:
+        pending = Transition(previous.value, target.value, batch_id, decided, 0.0)
+        transition = self._start_query(target, pending if target is not previous else None)
+        if transition is None:
             log.info("restarted in %s: the last batch before the stop ended the change", previous.value)
             return
-        transition = self._transitions[-1]
         log.info(
             "switched %s -> %s after batch %d in %.2f s", previous.value, target.value, batch_id,
             transition.restart_seconds,
@@ -356,7 +357,7 @@ def start_backlog_aware(
     trigger, over a DataFrame that reads ``format("backlog")``. Raises :class:`ConfigError`,
     saying what to change, when the writer or the intervals do not qualify.
     """
-    from backlog_source.writer_info import describe_writer, last_checkpointed_backlog_flags
+    from backlog_source.writer_info import describe_writer
 
     high = parse_interval_seconds("high_throughput_interval", high_throughput_interval)
     low = parse_interval_seconds("low_latency_interval", low_latency_interval)

@@ -29,10 +29,8 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from backlog_source.buckets import Bucket
 from backlog_source.errors import OffsetFormatError
+from enumerator.planner import lag
 from events.model import BacklogFinishEvent
 
 #: Outcomes of one control-topic message, counted in ``EventCounts``.
@@ -124,7 +125,6 @@ class BacklogState:
         """Enter backlog again when nothing is pending and the total lag exceeds ``reenter_lag``."""
         if reenter_lag is None or self.pending:
             return self
-        total = sum(max(0, log_end.get(b, p) - p) for b, p in positions.items())
-        if total <= reenter_lag:
+        if sum(lag(positions, log_end).values()) <= reenter_lag:
             return self
         return replace(self, pending=record_boundaries(positions, log_end, positions))

@@ -10,6 +10,7 @@ Several queries may share one control topic; each ignores the others' events.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from backlog_source.settings import SourceSettings, redact
@@ -116,8 +117,6 @@ class ControlTopicReader:
         if self._position != position:
             self._consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
         values: list[bytes | None] = []
-        import time
-
         deadline = time.monotonic() + timeout_s
         while position < high and time.monotonic() < deadline:
             for message in self._consumer.consume(1000, 0.2):

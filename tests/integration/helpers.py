@@ -68,3 +68,13 @@ def start_noop(df, tmp_path, trigger: str = "100 milliseconds", name: str = "ckp
         .option("checkpointLocation", str(tmp_path / name))
         .start()
     )
+
+
+def start_memory(df, tmp_path, table: str, trigger: str = "200 milliseconds"):
+    """Start ``df`` into the memory sink as ``table`` with a checkpoint under ``tmp_path``."""
+    return (
+        df.writeStream.format("memory").queryName(table)
+        .trigger(processingTime=trigger)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )

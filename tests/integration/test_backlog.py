@@ -9,7 +9,7 @@ import pytest
 
 from backlog_source.broker import delete_topic, produce
 from events.model import BacklogFinishEvent, MalformedEvent
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_noop, wait_for, wait_for_progress
+from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_noop, wait_for_progress
 
 pytestmark = pytest.mark.integration
 

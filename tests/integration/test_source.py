@@ -10,8 +10,10 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.broker import SEAL_KEY, create_topic, delete_topic, produce
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, settle, wait_for, wait_for_progress
+from backlog_source.broker import delete_topic
+from tests.integration.helpers import (
+    fill, log_end_offsets, make_topic, reader, settle, start_memory, wait_for, wait_for_progress,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -122,14 +124,10 @@ def test_exactly_once_across_a_restart_under_live_traffic(spark, broker, topic_n
 
 def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_name, tmp_path):
     make_topic(broker, topic_name, 2)
-    query = (
-        reader(spark, broker, subscribe=topic_name, minOffsetsPerTrigger=1_000, maxTriggerDelay="12s")
-        .writeStream.format("memory").queryName(topic_name.replace("-", "_"))
-        .trigger(processingTime="200 milliseconds")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
-    )
     table = topic_name.replace("-", "_")
+    query = start_memory(
+        reader(spark, broker, subscribe=topic_name, minOffsetsPerTrigger=1_000, maxTriggerDelay="12s"), tmp_path, table
+    )
     try:
         wait_for_progress(query, lambda p: True, what="the first trigger")
         started = time.monotonic()
@@ -147,14 +145,10 @@ def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_
 def test_subscribe_pattern_discovers_a_topic_created_mid_run(spark, broker, topic_name, tmp_path):
     first, second = f"{topic_name}-a", f"{topic_name}-b"
     make_topic(broker, first, 2, per_partition=100)
-    query = (
-        reader(spark, broker, subscribePattern=f"{topic_name}-.*", startingOffsets="earliest")
-        .writeStream.format("memory").queryName(topic_name.replace("-", "_"))
-        .trigger(processingTime="200 milliseconds")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
-    )
     table = topic_name.replace("-", "_")
+    query = start_memory(
+        reader(spark, broker, subscribePattern=f"{topic_name}-.*", startingOffsets="earliest"), tmp_path, table
+    )
     try:
         wait_for(lambda: spark.table(table).count() == 202, 120, "the first topic")
         make_topic(broker, second, 3, per_partition=50)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from backlog_source.errors import BacklogSourceError, ConfigError
+from backlog_source.errors import ConfigError
 from backlog_source.mode_switch import (
     BacklogAwareQuery,
     BacklogModeListener,
