@@ -16,6 +16,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: The package version; also the instrumentation scope version of exported spans.
+__version__ = "0.1.0"
+
 _EXPORTS = {
     "BacklogDataSource": "backlog_source.datasource",
     "BacklogStreamReader": "backlog_source.datasource",

@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from backlog_source import telemetry
 from backlog_source.buckets import to_nested
 from backlog_source.errors import ConfigError
 from backlog_source.schema import kafka_schema
@@ -35,6 +36,7 @@ from backlog_source.settings import SourceSettings, parse_options
 from enumerator.enumerator import Enumerator, ReadBudget
 from enumerator.kafka_admin import KafkaOffsetsClient
 from enumerator.offsets import SourceOffset
+from enumerator.phase_trace import bucket_traceparent
 from enumerator.planner import plan_ranges
 from events.channel import ControlTopicReader
 from reader.kafka_reader import read_split
@@ -51,6 +53,7 @@ class BacklogDataSource(DataSource):
     def __init__(self, options) -> None:
         super().__init__(options)
         self.settings = parse_options(options)
+        telemetry.validate_environment()  # a bad OTEL_* setting fails load(), not a batch
 
     @classmethod
     def name(cls) -> str:
@@ -167,7 +170,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end=r.end,
                 boundary=last.backlog.get(r.bucket),
                 source_id=last.source_id,
-                traceparent=last.trace,
+                traceparent=bucket_traceparent(last.trace, r.bucket),
             )
             for r in ranges
         ]

@@ -35,7 +35,9 @@ from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from backlog_source import span_names, telemetry
 from backlog_source.errors import BacklogSourceError, ConfigError
+from backlog_source.trace_context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +81,9 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def backlog_flag(progress: Any) -> bool | None:
-    """True if some backlog source of this progress is processing backlog, False if none is,
-    None if the progress has no backlog source. Takes a ``StreamingQueryProgress`` or its
-    dict form."""
-    flags = []
+def _backlog_offsets(progress: Any) -> list[dict]:
+    """The end offsets of the progress's ``format("backlog")`` sources, parsed."""
+    offsets = []
     for source in _get(progress, "sources") or []:
         end = _get(source, "endOffset")
         if not end:
@@ -93,14 +93,36 @@ def backlog_flag(progress: Any) -> bool | None:
         except json.JSONDecodeError:
             continue
         if isinstance(offset, dict) and "processing_backlog" in offset and "source_id" in offset:
-            flags.append(bool(offset["processing_backlog"]))
+            offsets.append(offset)
+    return offsets
+
+
+def backlog_flag(progress: Any) -> bool | None:
+    """True if some backlog source of this progress is processing backlog, False if none is,
+    None if the progress has no backlog source. Takes a ``StreamingQueryProgress`` or its
+    dict form."""
+    flags = [bool(offset["processing_backlog"]) for offset in _backlog_offsets(progress)]
     return any(flags) if flags else None
+
+
+def backlog_traceparent(progress: Any) -> str | None:
+    """The W3C context of the (current or last) backlog phase of the progress's first
+    backlog source that has one: the parent of a mode switch this progress causes."""
+    for offset in _backlog_offsets(progress):
+        trace = offset.get("trace")
+        if isinstance(trace, dict) and isinstance(trace.get("traceparent"), str):
+            return trace["traceparent"]
+    return None
 
 
 class ModeController(Protocol):
     """What :class:`BacklogModeListener` reports to. Implementations must not block."""
 
-    def on_progress(self, query_id: str, run_id: str, batch_id: int, processing_backlog: bool) -> None: ...
+    def on_progress(
+        self, query_id: str, run_id: str, batch_id: int, processing_backlog: bool, traceparent: str | None = None
+    ) -> None: ...
+
+    def on_idle(self, query_id: str, run_id: str) -> None: ...
 
     def on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None: ...
 
@@ -122,10 +144,12 @@ class BacklogModeListener(StreamingQueryListener):
         progress = event.progress
         flag = backlog_flag(progress)
         if flag is not None:
-            self._controller.on_progress(str(progress.id), str(progress.runId), progress.batchId, flag)
+            self._controller.on_progress(
+                str(progress.id), str(progress.runId), progress.batchId, flag, backlog_traceparent(progress)
+            )
 
     def onQueryIdle(self, event) -> None:
-        pass
+        self._controller.on_idle(str(event.id), str(event.runId))
 
     def onQueryTerminated(self, event) -> None:
         self._controller.on_terminated(str(event.id), str(event.runId), event.exception)
@@ -162,6 +186,7 @@ class BacklogAwareQuery:
         self._run_id: str | None = None
         self._stopping = False
         self._listener = BacklogModeListener(self)
+        self._switch_span = _SwitchSpan()
         self._thread = threading.Thread(target=self._run, name="backlog-mode-controller", daemon=True)
 
     # -- public handle -------------------------------------------------------------------
@@ -199,9 +224,15 @@ class BacklogAwareQuery:
 
     # -- controller ----------------------------------------------------------------------
 
-    def on_progress(self, query_id: str, run_id: str, batch_id: int, processing_backlog: bool) -> None:
+    def on_progress(
+        self, query_id: str, run_id: str, batch_id: int, processing_backlog: bool, traceparent: str | None = None
+    ) -> None:
         if query_id == self._query_id:
-            self._inbox.put(("progress", run_id, batch_id, processing_backlog))
+            self._inbox.put(("progress", run_id, batch_id, processing_backlog, traceparent))
+
+    def on_idle(self, query_id: str, run_id: str) -> None:
+        if query_id == self._query_id:
+            self._inbox.put(("idle", run_id))
 
     def on_terminated(self, query_id: str, run_id: str, exception: str | None) -> None:
         if query_id == self._query_id:
@@ -239,7 +270,14 @@ class BacklogAwareQuery:
             kind = message[0]
             if kind == "stop":
                 self._stop_query()
+                self._switch_span.end(span_names.SWITCH_ENDED_BY_STOP)
                 return
+            if kind in ("progress", "idle") and message[1] == self._run_id:
+                # The new run's first trigger ends the switch.
+                ended_by = span_names.SWITCH_ENDED_BY_BATCH if kind == "progress" else span_names.SWITCH_ENDED_BY_IDLE
+                self._switch_span.end(ended_by)
+            if kind == "idle":
+                continue
             if kind == "terminated":
                 _, run_id, exception = message
                 if run_id != self._run_id or self._stopping:
@@ -248,20 +286,21 @@ class BacklogAwareQuery:
                 log.error("the query terminated%s; not restarting", f": {exception}" if exception else "")
                 self._finish()
                 return
-            _, run_id, batch_id, processing_backlog = message
+            _, run_id, batch_id, processing_backlog, traceparent = message
             if run_id != self._run_id or self._stopping:
                 continue  # progress of a run already replaced
             wanted = Mode.HIGH_THROUGHPUT if processing_backlog else Mode.LOW_LATENCY
             if wanted is not self._mode:
                 try:
-                    self._switch(wanted, batch_id)
+                    self._switch(wanted, batch_id, traceparent)
                 except BaseException as exc:  # a failed restart ends the handle, visibly
                     self._failure = exc
                     self._finish()
                     return
 
-    def _switch(self, wanted: Mode, batch_id: int) -> None:
+    def _switch(self, wanted: Mode, batch_id: int, traceparent: str | None = None) -> None:
         decided = self._clock()
+        decided_ns = time.time_ns()
         old, previous = self._query, self._mode
         self._wait_for_batch_boundary(old, batch_id)
         # The run kept going while we waited: if its latest batch flipped the flag back,
@@ -283,6 +322,9 @@ class BacklogAwareQuery:
         log.info(
             "switched %s -> %s after batch %d in %.2f s", previous.value, target.value, batch_id,
             transition.restart_seconds,
+        )
+        self._switch_span.begin(
+            transition, traceparent, decided_ns, self._intervals, query_id=self._query_id, run_id=self._run_id
         )
 
     def _wait_for_batch_boundary(self, query, batch_id: int) -> None:
@@ -312,12 +354,55 @@ class BacklogAwareQuery:
                 log.debug("stopping the query: %s", exc)
 
     def _finish(self) -> None:
+        self._switch_span.end(span_names.SWITCH_ENDED_BY_STOP)
+        telemetry.flush()
         if not self._done.is_set():
             try:
                 self._writer._spark.streams.removeListener(self._listener)
             except Exception:  # the session may be gone
                 pass
             self._done.set()
+
+
+class _SwitchSpan:
+    """The ``backlog.mode_switch`` span: from the decision to the new run's first trigger.
+
+    The controller thread and :meth:`BacklogAwareQuery.stop` call it; it exports once, when
+    it ends, through :mod:`backlog_source.telemetry`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: tuple[Transition, SpanContextIds | None, int, dict] | None = None
+
+    def begin(self, transition: Transition, traceparent: str | None, decided_ns: int, intervals: dict, *,
+              query_id: str | None, run_id: str | None) -> None:
+        self.end(span_names.SWITCH_ENDED_BY_STOP)  # a switch before the last one's first trigger
+        attributes = {
+            span_names.MODE_FROM: transition.from_mode,
+            span_names.MODE_TO: transition.to_mode,
+            span_names.BATCH_ID: transition.batch_id,
+            span_names.INTERVAL_FROM_S: parse_interval_seconds("interval", intervals[Mode(transition.from_mode)]),
+            span_names.INTERVAL_TO_S: parse_interval_seconds("interval", intervals[Mode(transition.to_mode)]),
+            span_names.RESTART_SECONDS: transition.restart_seconds,
+            span_names.QUERY_ID: query_id or "",
+            span_names.RUN_ID: run_id or "",
+        }
+        with self._lock:
+            self._open = (transition, SpanContextIds.parse(traceparent), decided_ns, attributes)
+
+    def end(self, ended_by: str) -> None:
+        with self._lock:
+            if self._open is None:
+                return
+            _, parent, decided_ns, attributes = self._open
+            self._open = None
+        ids = SpanContextIds(parent.trace_id if parent else new_trace_id(), new_span_id())
+        record = SpanRecord(
+            span_names.MODE_SWITCH, ids, parent, decided_ns, time.time_ns(),
+            {**attributes, span_names.SWITCH_ENDED_BY: ended_by},
+        )
+        telemetry.export([record])
 
 
 def _last_progress(query):
@@ -368,6 +453,7 @@ def start_backlog_aware(
             f"low_latency_interval must be > 0 seconds, got {low_latency_interval!r}: a zero interval "
             "would keep triggering even when caught up"
         )
+    telemetry.validate_environment()
     info = describe_writer(writer)
     if not info.checkpoint_location:
         raise ConfigError(

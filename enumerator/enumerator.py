@@ -18,12 +18,14 @@ from dataclasses import dataclass, replace
 
 from typing import Protocol
 
+from backlog_source import span_names, telemetry
 from backlog_source.buckets import Bucket
 from backlog_source.errors import ConfigError, DataLossError
 from backlog_source.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
 from enumerator.backlog import FOREIGN, HANDLED, BacklogState, record_boundaries
 from enumerator.kafka_admin import OffsetsClient
 from enumerator.offsets import SourceOffset
+from enumerator.phase_trace import Finish, advance
 from enumerator.planner import lag, rate_limit
 from events.channel import CONTROL_PARTITION, ControlMessages
 
@@ -135,7 +137,10 @@ class Enumerator:
         log_end = self._client.latest_offsets(buckets) if buckets else {}
         backlog = record_boundaries(positions, log_end, buckets)
         self._log_boundaries(source_id, backlog, positions)
-        return SourceOffset(source_id=source_id, positions=positions, backlog=backlog, events_position=events_position)
+        trace, _ = advance(None, source_id, backlog, {}, positions, self._now_ms())
+        return SourceOffset(
+            source_id=source_id, positions=positions, backlog=backlog, events_position=events_position, trace=trace
+        )
 
     def probe_initial_backlog(self) -> dict[Bucket, int]:
         """The boundaries a new query would record now, without creating anything (no
@@ -157,16 +162,20 @@ class Enumerator:
         current = self.subscribed_buckets() if self._settings.assign is None else set(self._settings.assign)
         positions = dict(start.positions)
         state, events_position = start.backlog_state, start.events_position
+        finishes: dict[Bucket, Finish] = {}  # why buckets left backlog in this call (for tracing)
         if self._settings.backlog_enabled:
-            state, events_position = self._apply_events(start)
+            state, events_position = self._apply_events(start, finishes)
             # Safety net: `start` is the last committed end, so its positions are committed.
             state, passed = state.finish_passed(start.positions)
             for bucket in passed:
+                finishes[bucket] = Finish(span_names.FINISHED_BY_POSITION, start.positions[bucket])
                 log.warning(
                     "%s reached its backlog boundary %d by committed position without its "
                     "BacklogFinishEvent (lost or late); finished it anyway", bucket, start.backlog[bucket]
                 )
-        state = state.without(self._drop_vanished(positions, current))
+        vanished = self._drop_vanished(positions, current)
+        finishes.update({b: Finish(span_names.FINISHED_BY_VANISHED) for b in vanished})
+        state = state.without(vanished)
         new_buckets = current - positions.keys()
         if new_buckets:
             earliest = self._client.earliest_offsets(new_buckets)
@@ -176,7 +185,9 @@ class Enumerator:
 
         latest = self._client.latest_offsets(positions.keys()) if positions else {}
         self._latest = latest
-        restarted = new_buckets | self._handle_moved_backwards(positions, latest)
+        reset = self._handle_moved_backwards(positions, latest)
+        finishes.update({b: Finish(span_names.FINISHED_BY_RESET) for b in reset})
+        restarted = new_buckets | reset
         if self._settings.backlog_enabled:
             # Discovered and reset buckets get a boundary of their own; a recorded one never moves.
             fresh = record_boundaries(positions, latest, restarted)
@@ -204,12 +215,17 @@ class Enumerator:
             # Nothing to read and no backlog change: no batch. Events read meanwhile (foreign,
             # duplicate, malformed) are re-read from the checkpointed position next time.
             return start
+        trace = start.trace
+        if state.pending != start.backlog:
+            trace, finished_spans = advance(trace, start.source_id, state.pending, finishes, positions, self._now_ms())
+            telemetry.export(finished_spans)
         end = replace(
             start,
             positions=end_positions,
             backlog=state.pending,
             events_position=events_position,
             event_counts=state.counts,
+            trace=trace,
         )
         if end.positions != start.positions:
             self._last_batch_at = self._clock()
@@ -225,6 +241,7 @@ class Enumerator:
         return dict(self._latest)
 
     def close(self) -> None:
+        telemetry.flush()
         self._client.close()
         if self._control is not None:
             self._control.close()
@@ -241,8 +258,9 @@ class Enumerator:
         control = Bucket(self._settings.backlog_events_topic, CONTROL_PARTITION)
         return self._client.latest_offsets([control])[control]
 
-    def _apply_events(self, start: SourceOffset) -> tuple[BacklogState, int]:
-        """Apply every control message since the checkpointed position to the backlog state."""
+    def _apply_events(self, start: SourceOffset, finishes: dict[Bucket, Finish]) -> tuple[BacklogState, int]:
+        """Apply every control message since the checkpointed position to the backlog state;
+        record in ``finishes`` the buckets it finished."""
         self._ensure_control_topic()
         assert self._control is not None
         messages = self._control.read_from(start.events_position)
@@ -250,6 +268,7 @@ class Enumerator:
         for value in messages.values:
             state, outcome, event = state.on_message(value, start.source_id)
             if outcome == HANDLED and event is not None:
+                finishes[event.bucket] = Finish(span_names.FINISHED_BY_EVENT, event.reached_offset)
                 log.info(
                     "%s finished its backlog: boundary %d, reached %d", event.bucket, event.boundary_offset,
                     event.reached_offset,
@@ -402,6 +421,9 @@ class Enumerator:
             )
         latest = self._client.latest_offsets(unmatched) if unmatched else {}
         return {b: (offset if offset is not None else latest[b]) for b, offset in found.items()}
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:

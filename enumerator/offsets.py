@@ -13,7 +13,7 @@ Shape, version 1::
      "processing_backlog": true,                # == bool(backlog)
      "events_position": 17,                     # next control-topic offset to read
      "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
-     "trace": "00-…-…-01"}                       # W3C traceparent of the backlog phase, or null
+     "trace": {"traceparent": "00-…-…-01", …}}  # the backlog phase's trace (enumerator/phase_trace.py), or null
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
 each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
@@ -28,6 +28,7 @@ from typing import Any
 from backlog_source.buckets import Bucket, from_nested, to_nested
 from backlog_source.errors import OffsetFormatError
 from enumerator.backlog import BacklogState, EventCounts
+from enumerator.phase_trace import PhaseTrace
 
 VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -42,7 +43,7 @@ class SourceOffset:
     backlog: dict[Bucket, int] = field(default_factory=dict)
     events_position: int = 0
     event_counts: EventCounts = field(default_factory=EventCounts)
-    trace: str | None = None
+    trace: PhaseTrace | None = None
 
     @property
     def processing_backlog(self) -> bool:
@@ -63,7 +64,7 @@ class SourceOffset:
             "processing_backlog": self.processing_backlog,
             "events_position": self.events_position,
             "event_counts": self.event_counts.to_json(),
-            "trace": self.trace,
+            "trace": None if self.trace is None else self.trace.to_json(),
         }
 
     @classmethod
@@ -88,9 +89,7 @@ class SourceOffset:
         events_position = data.get("events_position", 0)
         if not isinstance(events_position, int) or isinstance(events_position, bool) or events_position < 0:
             raise OffsetFormatError(f"offset field 'events_position' must be an integer >= 0, got {events_position!r}")
-        trace = data.get("trace")
-        if trace is not None and not isinstance(trace, str):
-            raise OffsetFormatError(f"offset field 'trace' must be a string or null, got {trace!r}")
+        trace = PhaseTrace.from_json(data.get("trace"))
         return cls(
             source_id=source_id,
             positions=from_nested(data.get("positions", {}), "offset field 'positions'"),

@@ -19,8 +19,10 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+from backlog_source import span_names, telemetry
 from backlog_source.errors import DataLossError, KafkaUnavailableError
 from backlog_source.settings import SourceSettings, redact
+from backlog_source.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
 from events import dedup
 from events.channel import publish
 from events.model import BacklogFinishEvent
@@ -87,9 +89,12 @@ def read_split(
 
     When the split carries a backlog boundary and the consumer position moves from below it
     to at or past it, publish one BacklogFinishEvent (at most once per worker process for a
-    source, bucket and boundary), flushed before this generator returns, so the event is on
-    the control topic before the task ends. A publish that fails is logged, not raised: the
-    enumerator's committed-position safety net finishes the bucket anyway.
+    source, bucket and boundary), flushed before the batch that reached the boundary is
+    handed over, so the event is on the control topic before the task ends. A publish that
+    fails is logged, not raised: the enumerator's committed-position safety net finishes the
+    bucket anyway. With tracing on in this process, such a split also exports a
+    ``backlog.read`` span (child of the split's ``traceparent``), flushed before the last
+    batch is handed over.
 
     Raises :class:`DataLossError` when records of the range were deleted before they were
     read (``failOnDataLoss=true``; with false it logs a warning and reads what remains), and
@@ -100,20 +105,36 @@ def read_split(
         return
     from confluent_kafka import Consumer
 
+    span = _ReadSpan.begin(split, settings)
     consumer = (consumer_factory or Consumer)(reader_config(settings))
     try:
         with _gc_paused():
             for batch, position in _consume_range(consumer, split, settings, clock):
+                if split.crosses_boundary and position >= split.boundary and settings.backlog_enabled:
+                    if span is not None:
+                        span.boundary_reached(position)
+                    _report_finish(split, settings, position, publish_event, span)
+                if position >= split.end and span is not None:
+                    # Export the span before handing over the last batch: once Spark has
+                    # it, the task may end and the worker may be reused or killed.
+                    span.finish(position)
+                    span = None
                 if batch is not None:
                     yield batch
-                if split.crosses_boundary and position >= split.boundary:
-                    _report_finish(split, settings, position, publish_event)
+    except GeneratorExit:  # the consumer of this generator stopped early: not a failure
+        if span is not None:
+            span.finish(None)
+        raise
+    except BaseException as exc:
+        if span is not None:
+            span.finish(None, error=type(exc).__name__)
+        raise
     finally:
         consumer.close()
 
 
-def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, publish_event) -> None:
-    if not settings.backlog_enabled or split.boundary is None:
+def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, publish_event, span) -> None:
+    if split.boundary is None:
         return
     if not dedup.first_time(split.source_id, split.topic, split.partition, split.boundary):
         return
@@ -124,10 +145,56 @@ def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, p
         boundary_offset=split.boundary,
         reached_offset=position,
         emitted_at_ms=int(time.time() * 1000),
-        traceparent=split.traceparent,
+        traceparent=span.ids.traceparent if span is not None else split.traceparent,
     )
     if not publish_event(settings, event):
         dedup.forget(split.source_id, split.topic, split.partition, split.boundary)
+
+
+class _ReadSpan:
+    """The ``backlog.read`` span of a split that crosses its bucket's boundary, as a child
+    of the bucket span whose context the split carries. Exported (and flushed) once."""
+
+    def __init__(self, split: KafkaSplit, parent: SpanContextIds) -> None:
+        self.split = split
+        self.parent = parent
+        self.ids = SpanContextIds(parent.trace_id, new_span_id())
+        self.start_ns = time.time_ns()
+        self.events: list[SpanEventRecord] = []
+
+    @classmethod
+    def begin(cls, split: KafkaSplit, settings: SourceSettings) -> "_ReadSpan | None":
+        if not (settings.backlog_enabled and split.crosses_boundary):
+            return None
+        parent = SpanContextIds.parse(split.traceparent)
+        if parent is None or not telemetry.enabled():
+            return None
+        return cls(split, parent)
+
+    def boundary_reached(self, position: int) -> None:
+        if not self.events:
+            self.events.append(
+                SpanEventRecord(span_names.BOUNDARY_REACHED, time.time_ns(), {span_names.REACHED_OFFSET: position})
+            )
+
+    def finish(self, position: int | None, error: str | None = None) -> None:
+        split = self.split
+        attributes: dict[str, object] = {
+            span_names.MESSAGING_SYSTEM: span_names.MESSAGING_SYSTEM_KAFKA,
+            span_names.DESTINATION_NAME: split.topic,
+            span_names.DESTINATION_PARTITION: str(split.partition),
+            span_names.SPLIT_START_OFFSET: split.start,
+            span_names.SPLIT_END_OFFSET: split.end,
+            span_names.BOUNDARY_OFFSET: split.boundary,
+            span_names.SOURCE_ID: split.source_id,
+        }
+        if position is not None:
+            attributes[span_names.REACHED_OFFSET] = position
+        record = SpanRecord(
+            span_names.READ, self.ids, self.parent, self.start_ns, time.time_ns(), attributes, tuple(self.events), error
+        )
+        telemetry.export([record])
+        telemetry.flush()
 
 
 def _consume_range(

@@ -50,3 +50,30 @@ def spark():
 @pytest.fixture
 def topic_name():
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+OTEL_VARIABLES = (
+    "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+)
+
+
+@pytest.fixture
+def otel_env(monkeypatch):
+    """A clean OTEL_* environment for this process; its exporter is rebuilt from it."""
+    from backlog_source import telemetry
+
+    for name in OTEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    telemetry.reset()
+    yield monkeypatch
+    telemetry.reset()
+
+
+@pytest.fixture
+def receiver():
+    """A real OTLP/HTTP receiver on loopback."""
+    from backlog_source.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as running:
+        yield running

@@ -5,7 +5,9 @@ import pickle
 from backlog_source.buckets import Bucket
 from backlog_source.datasource import BacklogStreamReader
 from backlog_source.settings import parse_options
+from backlog_source.trace_context import SpanContextIds
 from enumerator.offsets import SourceOffset
+from enumerator.phase_trace import OpenBucket, PhaseTrace
 from reader.split import KafkaSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
@@ -16,10 +18,13 @@ def test_splits_take_source_id_boundaries_and_trace_from_end():
     # Spark re-calls initialOffset for a query's first batch, so `start` may carry another
     # source id; `end` always comes from the offset log.
     start = SourceOffset("fresh-id", {A0: 0, A1: 0}, backlog={A0: 80, A1: 60})
-    end = SourceOffset("logged-id", {A0: 100, A1: 40}, backlog={A0: 80}, trace="00-t-s-01")
+    trace = PhaseTrace(SpanContextIds(7, 8), 1000, buckets={A0: OpenBucket(0, 80, 1000)})
+    end = SourceOffset("logged-id", {A0: 100, A1: 40}, backlog={A0: 80}, trace=trace)
     splits = BacklogStreamReader(SETTINGS).partitions(start.to_json(), end.to_json())
     assert {s.source_id for s in splits} == {"logged-id"}
-    assert {s.traceparent for s in splits} == {"00-t-s-01"}
+    # Splits of a bucket in backlog carry its bucket span's context; others none.
+    bucket_span = trace.bucket_ids(A0, 80).traceparent
+    assert [s.traceparent for s in splits] == [bucket_span, bucket_span, None]
     assert [(s.partition, s.start, s.end, s.boundary) for s in splits] == [
         (0, 0, 50, 80), (0, 50, 100, 80), (1, 0, 40, None),  # a-1 finished: no boundary
     ]

@@ -21,10 +21,15 @@ from backlog_source.mode_switch import (
 from backlog_source.broker import wait_for
 
 
-def source(processing_backlog=None, raw=None):
+PHASE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def source(processing_backlog=None, raw=None, traceparent=None):
     if raw is not None:
         return SimpleNamespace(endOffset=raw)
     offset = {"v": 1, "source_id": "s", "positions": {}, "processing_backlog": processing_backlog}
+    if traceparent:
+        offset["trace"] = {"traceparent": traceparent, "started_ms": 1}
     return SimpleNamespace(endOffset=json.dumps(offset))
 
 
@@ -39,6 +44,9 @@ class RecordingController:
     def on_progress(self, *args):
         self.calls.append(("progress", *args))
 
+    def on_idle(self, *args):
+        self.calls.append(("idle", *args))
+
     def on_terminated(self, *args):
         self.calls.append(("terminated", *args))
 
@@ -46,15 +54,17 @@ class RecordingController:
 def test_listener_reports_the_backlog_flag_of_recorded_progress_events():
     controller = RecordingController()
     listener = BacklogModeListener(controller)
-    listener.onQueryProgress(progress_event("q", "r1", 0, source(True)))
+    listener.onQueryProgress(progress_event("q", "r1", 0, source(True, traceparent=PHASE)))
     listener.onQueryProgress(progress_event("q", "r1", 1, source(False), source(True)))
     listener.onQueryProgress(progress_event("q", "r1", 2, source(raw='{"kafka": {"0": 5}}')))  # not ours
     listener.onQueryProgress(progress_event("q", "r1", 3, source(False)))
+    listener.onQueryIdle(SimpleNamespace(id="q", runId="r1"))
     listener.onQueryTerminated(SimpleNamespace(id="q", runId="r1", exception=None))
     assert controller.calls == [
-        ("progress", "q", "r1", 0, True),
-        ("progress", "q", "r1", 1, True),
-        ("progress", "q", "r1", 3, False),
+        ("progress", "q", "r1", 0, True, PHASE),  # the phase's trace context comes along
+        ("progress", "q", "r1", 1, True, None),
+        ("progress", "q", "r1", 3, False, None),
+        ("idle", "q", "r1"),
         ("terminated", "q", "r1", None),
     ]
 

@@ -6,6 +6,7 @@ import pytest
 from backlog_source.buckets import Bucket, from_nested, to_nested
 from backlog_source.errors import OffsetFormatError
 from enumerator.offsets import SourceOffset
+from enumerator.phase_trace import PhaseTrace
 from reader.split import KafkaSplit
 
 
@@ -15,7 +16,11 @@ def sample() -> SourceOffset:
         positions={Bucket("orders", 1): 998, Bucket("orders", 0): 1234, Bucket("b", 0): 0},
         backlog={Bucket("orders", 1): 5000},
         events_position=17,
-        trace="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        trace=PhaseTrace.from_json({
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "started_ms": 1_700_000_000_000, "topics": ["orders"], "bucket_count": 1, "records": 4002,
+            "buckets": {"orders": {"1": [998, 5000, 1_700_000_000_000]}},
+        }),
     )
 
 

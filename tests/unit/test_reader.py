@@ -41,7 +41,10 @@ class FakeConsumer:
 
     def consume(self, num, timeout):
         if self.script:
-            return self.script.pop(0)
+            step = self.script.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return step
         if self.clock:
             self.clock.advance(timeout)
         return []

@@ -1,5 +1,8 @@
 """The reader publishes one BacklogFinishEvent when its position passes the split's boundary."""
 
+import pytest
+
+from backlog_source import telemetry
 from backlog_source.settings import parse_options
 from events import dedup
 from reader.kafka_reader import read_split
@@ -49,3 +52,51 @@ def test_a_failed_publish_may_be_retried_later():
     run(split, [[Msg(0)]], published)
     assert len(published) == 2
     assert not dedup.first_time("src-d", "t", 3, 1)
+
+
+# ----------------------------------------------------------------------- the read span
+
+BUCKET_SPAN = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_crossing_split_exports_its_read_span_before_the_last_batch_is_handed_over(otel_env, receiver):
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    published = []
+    split = KafkaSplit("t", 4, 0, 4, boundary=3, source_id="src-e", traceparent=BUCKET_SPAN)
+    batches = read_split(
+        split, SETTINGS, consumer_factory=FakeConsumer([[Msg(0), Msg(1)], [Msg(2), Msg(3)]]),
+        publish_event=lambda settings, event: published.append(event) or True,
+    )
+    next(batches)
+    assert receiver.spans == []
+    next(batches)  # the last batch: the span is already out
+    [span] = receiver.spans
+    assert span["name"] == "backlog.read"
+    assert (span["trace_id"], span["parent_span_id"]) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    assert span["attributes"]["messaging.destination.partition.id"] == "4"
+    assert span["attributes"]["backlog.boundary_offset"] == 3
+    assert [(e["name"], e["attributes"]) for e in span["events"]] == [
+        ("backlog.boundary_reached", {"backlog.reached_offset": 4})
+    ]
+    # The event names the read span as its context, so the enumerator's side joins the trace.
+    assert published[0].traceparent == f"00-{span['trace_id']}-{span['span_id']}-01"
+    assert list(batches) == []
+
+
+def test_splits_that_do_not_cross_export_nothing(otel_env, receiver):
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    run(KafkaSplit("t", 5, 0, 2, boundary=5, source_id="src-f", traceparent=BUCKET_SPAN), [[Msg(0), Msg(1)]], [])
+    run(KafkaSplit("t", 5, 0, 2, source_id="src-f"), [[Msg(0), Msg(1)]], [])
+    telemetry.flush()
+    assert receiver.requests == 0
+
+
+def test_a_failed_read_exports_a_failed_span(otel_env, receiver):
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    split = KafkaSplit("t", 6, 0, 4, boundary=3, source_id="src-g", traceparent=BUCKET_SPAN)
+    failing = FakeConsumer([[Msg(0)], RuntimeError("broker gone")])
+    with pytest.raises(RuntimeError):
+        list(read_split(split, SETTINGS, consumer_factory=failing, publish_event=lambda s, e: True))
+    telemetry.flush()
+    [span] = receiver.spans
+    assert span["status"] == "error" and span["events"] == []

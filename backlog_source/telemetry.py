@@ -1,0 +1,263 @@
+"""Export finished spans with the OpenTelemetry SDK, configured only by standard variables.
+
+Which process: any. Each process that exports (the enumerator's Python worker on the
+driver, executors' Python workers, the driver program running the mode-switch controller)
+builds its own tracer provider on first use, from its own environment:
+
+* ``OTEL_SDK_DISABLED=true``: nothing is exported.
+* ``OTEL_TRACES_EXPORTER``: ``otlp``, ``console`` or ``none`` (comma-separated for several).
+  When unset, spans are exported over OTLP only if ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set; with nothing set, nothing is exported and
+  the only cost is one environment lookup per process.
+* ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``: ``http/protobuf`` (default) or ``grpc`` (needs
+  the ``otlp-grpc`` extra). Endpoint, headers, timeout, compression, ``OTEL_SERVICE_NAME``,
+  ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER`` and ``OTEL_BSP_*`` are read by the
+  SDK and exporters themselves, as everywhere else.
+
+Spans are batched in the background (``BatchSpanProcessor``); :func:`flush` forces them out.
+Readers flush before a split's generator returns, so a short-lived worker loses nothing.
+Exporting never raises into the caller: a broken collector costs spans, not the query.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from backlog_source.errors import ConfigError
+from backlog_source.trace_context import SpanRecord
+
+log = logging.getLogger(__name__)
+
+EXPORTERS = ("otlp", "console", "none")
+PROTOCOLS = ("http/protobuf", "grpc")
+DEFAULT_SERVICE_NAME = "backlog-source"
+#: Upper bound of a reader's flush at the end of a split (the exporter's own timeout,
+#: OTEL_EXPORTER_OTLP_TIMEOUT, bounds each attempt).
+FLUSH_TIMEOUT_MS = 30_000
+
+
+
+class _Unset:
+    """This process has not read its OTEL_* settings yet."""
+
+
+_UNSET = _Unset()
+_lock = threading.Lock()
+_state: "_Tracing | None | _Unset" = _UNSET
+_state_pid: int | None = None
+_warned = False
+
+
+def exporter_names(env: Mapping[str, str] | None = None) -> list[str]:
+    """The exporters the environment asks for (empty: tracing off).
+
+    Raises :class:`ConfigError` naming the variable for an unknown exporter or protocol.
+    """
+    env = os.environ if env is None else env
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    raw = env.get("OTEL_TRACES_EXPORTER")
+    if raw is None or not raw.strip():
+        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        names = ["otlp"] if endpoint else []
+    else:
+        names = [n.strip().lower() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in EXPORTERS]
+    if unknown:
+        raise ConfigError(
+            f"OTEL_TRACES_EXPORTER={raw!r} names unknown exporter(s) {', '.join(unknown)}; "
+            f"backlog-source supports {', '.join(EXPORTERS)}"
+        )
+    names = [n for n in names if n != "none"]
+    if "otlp" in names:
+        otlp_protocol(env)
+    return names
+
+
+def otlp_protocol(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    variable = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    protocol = env.get(variable)
+    if not protocol:
+        variable = "OTEL_EXPORTER_OTLP_PROTOCOL"
+        protocol = env.get(variable) or "http/protobuf"
+    protocol = protocol.strip().lower()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"{variable}={protocol!r} is not supported; use one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def validate_environment() -> None:
+    """Check this process's OTEL_* settings; raises :class:`ConfigError` naming the variable.
+
+    Called where a mistake should stop the job early (the source's ``load()``,
+    :func:`~backlog_source.mode_switch.start_backlog_aware`); executors only log it.
+    """
+    if "otlp" in exporter_names() and otlp_protocol() == "grpc":
+        _grpc_exporter_class()
+
+
+def enabled() -> bool:
+    """True when this process exports spans (builds the exporter on first call)."""
+    return _tracing() is not None
+
+
+def export(records: Iterable[SpanRecord]) -> None:
+    """Hand finished spans to the exporter (no-op when tracing is off). Never raises."""
+    tracing = _tracing()
+    if tracing is None:
+        return
+    for record in records:
+        try:
+            tracing.emit(record)
+        except Exception as exc:  # telemetry must not fail the query
+            log.warning("could not export span %s: %s", record.name, exc)
+
+
+def flush(timeout_ms: int = FLUSH_TIMEOUT_MS) -> bool:
+    """Export every span handed over so far; False if that did not finish in time."""
+    tracing = _tracing(build=False)
+    if tracing is None:
+        return True
+    try:
+        return tracing.provider.force_flush(timeout_ms)
+    except Exception as exc:
+        log.warning("could not flush spans: %s", exc)
+        return False
+
+
+def reset() -> None:
+    """Flush and drop this process's exporter; the next call reads the environment again.
+
+    For programs (and tests) that change OTEL_* variables at run time.
+    """
+    global _state, _state_pid
+    with _lock:
+        state, _state, _state_pid = _state, _UNSET, None
+    if isinstance(state, _Tracing):
+        state.provider.shutdown()
+
+
+def _tracing(build: bool = True) -> "_Tracing | None":
+    global _state, _state_pid, _warned
+    if _state_pid == os.getpid() and not isinstance(_state, _Unset):
+        return _state
+    if not build:
+        return None
+    with _lock:
+        if _state_pid != os.getpid() or isinstance(_state, _Unset):
+            try:
+                names = exporter_names()
+                _state = _Tracing(names) if names else None
+            except Exception as exc:  # a bad setting must not fail an executor's read
+                if not _warned:
+                    log.error("tracing disabled in this process: %s", exc)
+                    _warned = True
+                _state = None
+            _state_pid = os.getpid()
+            if isinstance(_state, _Tracing):
+                atexit.register(_state.provider.shutdown)
+    return _state  # type: ignore[return-value]
+
+
+def _grpc_exporter_class():
+    try:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ConfigError(
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the gRPC exporter: pip install 'backlog-source[otlp-grpc]' "
+            "(or use http/protobuf)"
+        ) from None
+    return OTLPSpanExporter
+
+
+class _Tracing:
+    """One process's tracer provider; spans get the ids their records carry."""
+
+    def __init__(self, exporter_names: list[str]) -> None:
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from backlog_source import __version__
+
+        resource = Resource.create()
+        if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+            resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+        self._ids = _preset_id_generator()
+        self.provider = TracerProvider(resource=resource, id_generator=self._ids)
+        for name in exporter_names:
+            self.provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
+        self.tracer = self.provider.get_tracer("backlog_source", __version__)
+
+    def emit(self, record: SpanRecord) -> None:
+        from opentelemetry import context as context_api
+        from opentelemetry import trace
+
+        if record.parent is not None:
+            parent = trace.SpanContext(
+                record.parent.trace_id, record.parent.span_id, is_remote=True,
+                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+            )
+            ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+        else:
+            ctx = context_api.Context()
+        with self._ids.preset(record.ids.trace_id, record.ids.span_id):
+            span = self.tracer.start_span(
+                record.name, context=ctx, attributes=dict(record.attributes), start_time=record.start_ns
+            )
+        for event in record.events:
+            span.add_event(event.name, dict(event.attributes), timestamp=event.at_ns)
+        if record.error is not None:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, record.error))
+        span.end(end_time=record.end_ns)
+
+
+def _exporter(name: str):
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if otlp_protocol() == "grpc":
+        return _grpc_exporter_class()()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def _preset_id_generator():
+    """Random ids, except inside ``preset(trace_id, span_id)``, where the next span gets them.
+
+    The SDK asks its id generator for a trace id (roots only) and a span id on every
+    ``start_span``; presetting them is how a span that started elsewhere, whose ids splits
+    and offsets already carry, is exported with those ids.
+    """
+    from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+
+    class PresetIdGenerator(IdGenerator):
+        def __init__(self) -> None:
+            self._random = RandomIdGenerator()
+            self._local = threading.local()
+
+        @contextmanager
+        def preset(self, trace_id: int, span_id: int) -> Iterator[None]:
+            self._local.ids = (trace_id, span_id)
+            try:
+                yield
+            finally:
+                self._local.ids = None
+
+        def generate_trace_id(self) -> int:
+            ids = getattr(self._local, "ids", None)
+            return ids[0] if ids else self._random.generate_trace_id()
+
+        def generate_span_id(self) -> int:
+            ids = getattr(self._local, "ids", None)
+            return ids[1] if ids else self._random.generate_span_id()
+
+    return PresetIdGenerator()

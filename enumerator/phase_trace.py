@@ -1,0 +1,201 @@
+"""The trace of a backlog phase, kept in the offset dict so a restart continues it.
+
+Pure: no Kafka, no clock, no OpenTelemetry SDK. One backlog phase is one trace:
+
+* ``backlog.phase`` (the root) starts when the first boundaries are recorded and ends when
+  no bucket is pending any more. A phase that ended stays in the offset as "the last phase"
+  so the mode-switch span it caused can join its trace; the next phase (re-entry, or a
+  bucket discovered while nothing is pending) starts a new trace.
+* ``backlog.bucket`` starts when a bucket's boundary is recorded and ends when the bucket
+  leaves the pending set (its event handled, the committed-position safety net, the
+  partition vanished, or its offsets reset). Its span id is derived from the trace id,
+  bucket and boundary, so ``partitions()`` can hand readers the parent context as a pure
+  function of the offset.
+
+What the offset stores (``"trace"``)::
+
+    {"traceparent": "00-<trace id>-<phase span id>-01", "started_ms": 1700000000000,
+     "topics": ["orders"], "bucket_count": 8, "records": 2000000,
+     "buckets": {"orders": {"0": [<start offset>, <boundary>, <started ms>]}}}  # open bucket spans
+
+Finished spans come back as :class:`~backlog_source.trace_context.SpanRecord` values for the
+caller to export. A crash between that and the offset reaching Spark's offset log recomputes
+the same transition, so a span can be exported twice, with identical ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from backlog_source import span_names as names
+from backlog_source.buckets import Bucket
+from backlog_source.errors import OffsetFormatError
+from backlog_source.trace_context import (
+    SpanContextIds,
+    SpanRecord,
+    derived_span_id,
+    ms_to_ns,
+    new_span_id,
+    new_trace_id,
+)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Why a bucket left the pending set: one of ``span_names.FINISHED_BY_*``, and the
+    position that proved it (None when the bucket vanished)."""
+
+    by: str
+    reached_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class OpenBucket:
+    """A ``backlog.bucket`` span not finished yet."""
+
+    start_offset: int
+    boundary: int
+    started_ms: int
+
+
+@dataclass(frozen=True)
+class PhaseTrace:
+    """The current (or last) backlog phase's trace; immutable."""
+
+    ids: SpanContextIds
+    started_ms: int
+    topics: tuple[str, ...] = ()
+    bucket_count: int = 0
+    records: int = 0
+    buckets: dict[Bucket, OpenBucket] = field(default_factory=dict)
+
+    @property
+    def open(self) -> bool:
+        return bool(self.buckets)
+
+    def bucket_ids(self, bucket: Bucket, boundary: int) -> SpanContextIds:
+        """The ``backlog.bucket`` span of ``bucket`` with ``boundary`` in this phase."""
+        span_id = derived_span_id(self.ids.trace_id, bucket.topic, bucket.partition, boundary)
+        return SpanContextIds(self.ids.trace_id, span_id)
+
+    def to_json(self) -> dict[str, Any]:
+        nested: dict[str, dict[str, list[int]]] = {}
+        for bucket in sorted(self.buckets):
+            entry = self.buckets[bucket]
+            nested.setdefault(bucket.topic, {})[str(bucket.partition)] = [entry.start_offset, entry.boundary, entry.started_ms]
+        return {
+            "traceparent": self.ids.traceparent,
+            "started_ms": self.started_ms,
+            "topics": list(self.topics),
+            "bucket_count": self.bucket_count,
+            "records": self.records,
+            "buckets": nested,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "PhaseTrace | None":
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise OffsetFormatError(f"offset field 'trace' must be an object or null, got {data!r}")
+        ids = SpanContextIds.parse(data.get("traceparent"))
+        if ids is None:
+            raise OffsetFormatError(f"offset field 'trace.traceparent' is not a W3C traceparent: {data.get('traceparent')!r}")
+        try:
+            buckets = {
+                Bucket(topic, int(partition)): OpenBucket(int(entry[0]), int(entry[1]), int(entry[2]))
+                for topic, partitions in data.get("buckets", {}).items()
+                for partition, entry in partitions.items()
+            }
+            return cls(
+                ids=ids,
+                started_ms=int(data["started_ms"]),
+                topics=tuple(str(t) for t in data.get("topics", [])),
+                bucket_count=int(data.get("bucket_count", 0)),
+                records=int(data.get("records", 0)),
+                buckets=buckets,
+            )
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise OffsetFormatError(f"offset field 'trace' is malformed: {exc!r}") from None
+
+
+def advance(
+    trace: PhaseTrace | None,
+    source_id: str,
+    pending: Mapping[Bucket, int],
+    finishes: Mapping[Bucket, Finish],
+    positions: Mapping[Bucket, int],
+    now_ms: int,
+) -> tuple[PhaseTrace | None, list[SpanRecord]]:
+    """The trace once the pending boundaries are ``pending``.
+
+    Open bucket spans whose bucket left ``pending`` (or got a new boundary) finish, for the
+    reason ``finishes`` gives; pending buckets without an open span start one, at the read
+    position ``positions`` gives. Returns the new trace and the finished spans, buckets
+    first, then the phase when nothing is pending any more.
+    """
+    finished: list[SpanRecord] = []
+    phase_open = trace is not None and trace.open
+    if trace is not None and phase_open:
+        remaining = {}
+        for bucket in sorted(trace.buckets):
+            entry = trace.buckets[bucket]
+            if pending.get(bucket) == entry.boundary:
+                remaining[bucket] = entry
+                continue
+            default = names.FINISHED_BY_RESET if bucket in pending else names.FINISHED_BY_VANISHED
+            finished.append(_bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
+        trace = replace(trace, buckets=remaining)
+        if not pending:  # a bucket reset with a new boundary keeps its phase going
+            finished.append(_phase_span(trace, source_id, now_ms))
+            phase_open = False
+
+    started = {b: o for b, o in pending.items() if trace is None or b not in trace.buckets}
+    if started:
+        if trace is None or not phase_open:
+            trace = PhaseTrace(SpanContextIds(new_trace_id(), new_span_id()), now_ms)
+        opened = {b: OpenBucket(min(positions.get(b, o), o), o, now_ms) for b, o in started.items()}
+        trace = replace(
+            trace,
+            topics=tuple(sorted(set(trace.topics) | {b.topic for b in started})),
+            bucket_count=trace.bucket_count + len(started),
+            records=trace.records + sum(e.boundary - e.start_offset for e in opened.values()),
+            buckets={**trace.buckets, **opened},
+        )
+    return trace, finished
+
+
+def bucket_traceparent(trace: PhaseTrace | None, bucket: Bucket) -> str | None:
+    """The W3C context a split of ``bucket`` carries: its open bucket span, else None."""
+    entry = None if trace is None else trace.buckets.get(bucket)
+    if entry is None:
+        return None
+    return trace.bucket_ids(bucket, entry.boundary).traceparent
+
+
+def _bucket_span(trace: PhaseTrace, bucket: Bucket, entry: OpenBucket, finish: Finish, now_ms: int) -> SpanRecord:
+    attributes: dict[str, Any] = {
+        names.MESSAGING_SYSTEM: names.MESSAGING_SYSTEM_KAFKA,
+        names.DESTINATION_NAME: bucket.topic,
+        names.DESTINATION_PARTITION: str(bucket.partition),
+        names.START_OFFSET: entry.start_offset,
+        names.BOUNDARY_OFFSET: entry.boundary,
+        names.FINISHED_BY: finish.by,
+    }
+    if finish.reached_offset is not None:
+        attributes[names.REACHED_OFFSET] = finish.reached_offset
+    ids = trace.bucket_ids(bucket, entry.boundary)
+    return SpanRecord(names.BUCKET, ids, trace.ids, ms_to_ns(entry.started_ms), ms_to_ns(max(now_ms, entry.started_ms)), attributes)
+
+
+def _phase_span(trace: PhaseTrace, source_id: str, now_ms: int) -> SpanRecord:
+    attributes: dict[str, Any] = {
+        names.SOURCE_ID: source_id,
+        names.MESSAGING_SYSTEM: names.MESSAGING_SYSTEM_KAFKA,
+        names.TOPICS: trace.topics,
+        names.BUCKET_COUNT: trace.bucket_count,
+        names.BACKLOG_RECORDS: trace.records,
+    }
+    return SpanRecord(names.PHASE, trace.ids, None, ms_to_ns(trace.started_ms), ms_to_ns(max(now_ms, trace.started_ms)), attributes)
