@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-unit test-integration demo bench bench-modes check-tools clean
+.PHONY: test test-unit test-integration demo bench bench-modes bench-tracing check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -34,6 +34,9 @@ bench: $(STAMP)
 
 bench-modes: $(STAMP)
 	$(PY) benchmarks/mode_switch.py
+
+bench-tracing: $(STAMP)
+	$(PY) benchmarks/tracing_cost.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

@@ -75,7 +75,7 @@ def decode_spans(payload: bytes) -> list[dict[str, Any]]:
 class OtlpReceiver:
     """Collects spans exported to ``endpoint``; thread-safe; a context manager."""
 
-    def __init__(self, jsonl_path: str | Path | None = None) -> None:
+    def __init__(self, jsonl_path: str | Path | None = None, port: int = 0) -> None:
         self._spans: list[dict[str, Any]] = []
         self._requests = 0
         self._cond = threading.Condition()
@@ -104,7 +104,7 @@ class OtlpReceiver:
             def log_message(self, *args) -> None:
                 pass  # quiet: the demo owns the terminal
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
 
     @property

@@ -1,0 +1,139 @@
+"""Traces of a real Spark run: driver (enumerator), executors (readers) and the driver
+program (mode switch) export to a real OTLP/HTTP receiver on loopback."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from backlog_source import BacklogDataSource, start_backlog_aware, telemetry
+from backlog_source.otlp_receiver import OtlpReceiver
+from tests.integration.helpers import fill, make_topic, reader, wait_for
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+#: Where an OpenTelemetry SDK exports over OTLP/HTTP when no endpoint is configured.
+DEFAULT_OTLP_PORT = 4318
+
+
+def spark_processes_get(spark, env: dict[str, str | None]) -> None:
+    """Set (or, with None, remove) variables for the Python workers Spark starts from now on.
+
+    Spark passes ``SparkContext.environment`` (``spark.executorEnv.*``) to the driver's and
+    executors' Python workers; it is captured when a data source is registered, so register
+    again."""
+    environment = spark.sparkContext.environment
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    spark.dataSource.register(BacklogDataSource)
+
+
+def run_backlog_aware(spark, broker, topic, tmp_path, name, before_stop=lambda: None):
+    make_topic(broker, topic, PARTITIONS, per_partition=2_000)
+    df = reader(spark, broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=500,
+                **{"backlog.maxOffsetsPerTrigger": 2_500})
+    writer = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / name))
+    handle = start_backlog_aware(writer, "0 seconds", "300 milliseconds")
+    try:
+        wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency")
+        # Live records give the low-latency run its first batch, which ends the switch span.
+        fill(broker, topic, PARTITIONS, 5, start=2_000)
+        wait_for(lambda: handle.query.lastProgress is not None and handle.query.lastProgress["numInputRows"] > 0,
+                 60, "a batch in low-latency mode")
+        before_stop()
+    finally:
+        handle.stop()
+    return handle
+
+
+def test_one_backlog_phase_is_one_trace_across_driver_executors_and_listener(
+    spark, broker, topic_name, tmp_path, otel_env, receiver
+):
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)  # this process: the listener
+    otel_env.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+    workers = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "traced-job",
+               "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    spark_processes_get(spark, workers)
+    try:
+        # The switch span ends at the new run's first batch, seen on the listener bus a little
+        # after lastProgress shows it: stop only once it has been exported.
+        handle = run_backlog_aware(
+            spark, broker, topic_name, tmp_path, "traced",
+            before_stop=lambda: receiver.wait_for(
+                lambda spans: any(s["name"] == "backlog.mode_switch" for s in spans), timeout=30),
+        )
+    finally:
+        spark_processes_get(spark, dict.fromkeys(workers))
+
+    def complete(spans):
+        names = Counter(s["name"] for s in spans)
+        return (names["backlog.phase"] >= 1 and names["backlog.bucket"] >= PARTITIONS
+                and names["backlog.read"] >= PARTITIONS and names["backlog.mode_switch"] >= 1)
+
+    spans = [s for s in receiver.wait_for(complete, timeout=60)
+             if s["attributes"].get("messaging.destination.name", topic_name) == topic_name]
+    by_name: dict[str, list[dict]] = {}
+    for span in spans:
+        by_name.setdefault(span["name"], []).append(span)
+    [phase] = by_name["backlog.phase"]
+    buckets, reads, [switch] = by_name["backlog.bucket"], by_name["backlog.read"], by_name["backlog.mode_switch"]
+
+    # One trace: phase -> bucket -> read, and the switch the phase caused.
+    assert {s["trace_id"] for s in spans} == {phase["trace_id"]}
+    assert phase["parent_span_id"] is None
+    assert {b["parent_span_id"] for b in buckets} == {phase["span_id"]}
+    assert sorted(b["attributes"]["messaging.destination.partition.id"] for b in buckets) == ["0", "1", "2"]
+    bucket_ids = {b["span_id"]: b for b in buckets}
+    assert sorted(r["parent_span_id"] for r in reads) == sorted(bucket_ids)  # one read per bucket
+    assert switch["parent_span_id"] == phase["span_id"]
+
+    assert phase["attributes"] == {
+        "backlog.source_id": phase["attributes"]["backlog.source_id"], "messaging.system": "kafka",
+        "backlog.topics": [topic_name], "backlog.bucket_count": PARTITIONS, "backlog.records": PARTITIONS * 2_001,
+    }
+    for bucket in buckets:
+        attributes = bucket["attributes"]
+        assert attributes["messaging.destination.name"] == topic_name
+        assert attributes["backlog.start_offset"] == 0
+        assert attributes["backlog.boundary_offset"] == 2_001  # 2,000 records and the broker seal
+        assert attributes["backlog.reached_offset"] >= 2_001
+        assert attributes["backlog.finished_by"] in ("event", "position")
+    assert Counter(b["attributes"]["backlog.finished_by"] for b in buckets)["event"] >= 1
+    for read in reads:
+        bucket = bucket_ids[read["parent_span_id"]]
+        assert [e["name"] for e in read["events"]] == ["backlog.boundary_reached"]
+        assert read["attributes"]["messaging.destination.partition.id"] == (
+            bucket["attributes"]["messaging.destination.partition.id"])
+        assert read["start_ns"] >= bucket["start_ns"]
+        assert read["resource"]["service.name"] == "traced-job"  # exported by an executor's worker
+    assert phase["end_ns"] >= max(b["end_ns"] for b in buckets)
+
+    transition = handle.transitions[0]
+    assert switch["attributes"]["backlog.mode.from"] == "high-throughput"
+    assert switch["attributes"]["backlog.mode.to"] == "low-latency"
+    assert switch["attributes"]["backlog.batch_id"] == transition.batch_id
+    assert switch["attributes"]["backlog.trigger.to_interval_seconds"] == pytest.approx(0.3)
+    assert switch["attributes"]["backlog.restart_seconds"] == pytest.approx(transition.restart_seconds)
+    assert switch["attributes"]["backlog.mode_switch.ended_by"] == "batch"
+    assert switch["end_ns"] - switch["start_ns"] >= transition.restart_seconds * 1e9 * 0.99
+
+
+def test_nothing_is_exported_when_tracing_is_not_configured(spark, broker, topic_name, tmp_path, otel_env):
+    # With nothing set, an SDK that exported anyway would send to its default endpoint.
+    try:
+        default_endpoint = OtlpReceiver(port=DEFAULT_OTLP_PORT).start()
+    except OSError as exc:
+        pytest.fail(f"port {DEFAULT_OTLP_PORT} is busy, so this check cannot listen there: {exc}")
+    try:
+        assert not telemetry.enabled()
+        run_backlog_aware(spark, broker, topic_name, tmp_path, "untraced")
+        time.sleep(1)  # longer than any export delay configured in the other test
+        assert default_endpoint.requests == 0
+    finally:
+        default_endpoint.stop()
