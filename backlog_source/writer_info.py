@@ -43,15 +43,39 @@ def describe_writer(writer) -> WriterInfo:
     backlog_sources, other_formats = [], []
     leaves = df._jdf.queryExecution().logical().collectLeaves()
     for index in range(leaves.size()):
-        leaf = leaves.apply(index)
-        fmt = _call(leaf, "format")
-        if fmt is None:
+        described = _describe_source(leaves.apply(index), converters)
+        if described is None:
             continue
-        if str(fmt).lower() == "backlog":
-            backlog_sources.append({str(k): str(v) for k, v in dict(converters.asJava(leaf.options())).items()})
+        fmt, options = described
+        if fmt.lower() == "backlog":
+            backlog_sources.append(options)
         else:
-            other_formats.append(str(fmt))
+            other_formats.append(fmt)
     return WriterInfo(checkpoint, backlog_sources, other_formats)
+
+
+def _describe_source(leaf, converters) -> tuple[str, dict[str, str]] | None:
+    """``(format, options)`` of a streaming source leaf, or None for any other leaf.
+
+    A DataFrame straight from ``load()`` has an unresolved leaf (``format()``,
+    ``options()``); once transformed (``select``, ``withColumn``...) its leaf is resolved:
+    a ``StreamingRelationV2`` (``sourceName()``, ``extraOptions()``) for DSv2 and Python
+    sources, or a v1 ``StreamingRelation`` (``sourceName()``, ``dataSource().options()``).
+    """
+    fmt = _call(leaf, "format")
+    if fmt is not None:
+        return str(fmt), {str(k): str(v) for k, v in dict(converters.asJava(leaf.options())).items()}
+    name = _call(leaf, "sourceName")
+    if name is None:
+        return None
+    extra = _call(leaf, "extraOptions")
+    if extra is not None:
+        return str(name), {str(k): str(v) for k, v in dict(extra.asCaseSensitiveMap()).items()}
+    data_source = _call(leaf, "dataSource")
+    options = data_source.options() if data_source is not None else None
+    if options is None:
+        return str(name), {}
+    return str(name), {str(k): str(v) for k, v in dict(converters.asJava(options)).items()}
 
 
 def _private_field(obj, name: str):

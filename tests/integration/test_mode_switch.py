@@ -138,3 +138,22 @@ def test_validation_says_what_to_change(spark, broker, topic_name, tmp_path):
     with pytest.raises(ConfigError, match="reads no format\\('backlog'\\) source"):
         start_backlog_aware(rate)
     assert spark.streams.active == [] or all("backlog" not in str(q.name) for q in spark.streams.active)
+
+
+def test_the_writer_is_understood_after_transformations(spark, broker, topic_name, tmp_path):
+    # A transformed DataFrame's source leaf is resolved (StreamingRelationV2), not the
+    # unresolved one load() returns; both must be found, with their options.
+    from pyspark.sql import functions as F
+
+    from backlog_source.writer_info import describe_writer
+
+    df = reader(spark, broker, subscribe=topic_name, maxOffsetsPerTrigger=7)
+    rate = spark.readStream.format("rate").load()
+    for transformed in (df, df.withColumn("at", F.current_timestamp()), df.select("value").where("value is not null")):
+        info = describe_writer(transformed.writeStream.option("checkpointLocation", str(tmp_path / "c")))
+        assert info.checkpoint_location == str(tmp_path / "c")
+        [options] = info.backlog_sources
+        options = {k.lower(): v for k, v in options.items()}  # Spark's options are case-insensitive
+        assert options["subscribe"] == topic_name and options["maxoffsetspertrigger"] == "7"
+    info = describe_writer(rate.select("value").writeStream)
+    assert info.backlog_sources == [] and info.other_formats == ["rate"]
