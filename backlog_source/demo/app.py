@@ -1,0 +1,285 @@
+"""Runs the demo: broker, backlog, live traffic, a backlog-aware query into Parquet, tracing
+to a local JSONL file, the live view, then the summary and ``timeline.png``.
+
+Which process: the user's driver program. Everything it starts (broker, receiver, producer,
+query, Spark) is stopped on the way out, also after Ctrl-C or a failure.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import shutil
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import Progress
+
+from backlog_source.demo.monitor import QueryMonitor
+from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
+from backlog_source.demo.settings import DemoSettings
+from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
+from backlog_source.demo.view import render
+
+#: What the demo writes under ``--output``; only these are removed when a demo starts again.
+OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json")
+
+
+class DemoFailed(Exception):
+    """The demo could not finish; the message says why."""
+
+
+def run(settings: DemoSettings, console: Console | None = None) -> int:
+    """Run the demo; returns the process exit code (0 ok, 1 failed, 130 interrupted)."""
+    console = console or Console()
+    with ExitStack() as resources:
+        try:
+            summary = _run(settings, console, resources)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted: stopping the query, the producer and the broker[/]")
+            return 130
+        except DemoFailed as exc:
+            console.print(f"[red]demo failed:[/] {exc}")
+            return 1
+    return 0 if summary["exactly_once"] else 1
+
+
+def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict:
+    from backlog_source.otlp_receiver import OtlpReceiver
+
+    out = _prepare_output(settings.output)
+    receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl"))
+    bootstrap = settings.bootstrap_servers
+    if bootstrap is None:
+        from backlog_source.broker import start_broker
+
+        with console.status("starting the embedded broker"):
+            broker = start_broker()
+        resources.callback(broker.stop)
+        bootstrap = broker.bootstrap_servers
+        console.print(f"embedded broker at {bootstrap}")
+    if settings.seeding:
+        _seed(settings, bootstrap, console)
+
+    spark = _spark(receiver.endpoint, console)
+    resources.callback(spark.stop)
+    monitor = QueryMonitor()
+    spark.streams.addListener(monitor)
+    resources.callback(lambda: spark.streams.removeListener(monitor))
+
+    from pyspark.sql import functions as F
+
+    from backlog_source import start_backlog_aware
+
+    reader = spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+    options = {
+        "subscribe": settings.topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
+        "backlog.maxOffsetsPerTrigger": str(settings.backlog_max_offsets_per_trigger),
+        **{key: value.get_secret_value() for key, value in settings.kafka_options.items()},
+    }
+    df = reader.options(**options).load().withColumn("processed_at", F.current_timestamp())
+    writer = (df.writeStream.format("parquet").option("path", str(out / "parquet"))
+              .option("checkpointLocation", str(out / "checkpoint")))
+
+    partitions = _partition_count(bootstrap, settings)
+    producer = LiveProducer(bootstrap, settings.topic, partitions, settings.live_rate, settings.value_size,
+                            _producer_config(settings))
+    started_at = time.time()
+    handle = start_backlog_aware(writer, settings.high_throughput_interval, settings.low_latency_interval)
+    resources.callback(handle.stop)
+    initial_mode = handle.mode
+    monitor.watch(str(handle.query.id))
+    producer.start()
+    resources.callback(producer.stop)
+    console.print(f"query started in {initial_mode} mode; writing Parquet to {out / 'parquet'}")
+
+    _watch(settings, console, handle, monitor, producer, started_at, initial_mode)
+    producer.stop()
+    if producer.failed:
+        raise DemoFailed(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
+    _wait_caught_up(bootstrap, settings, monitor, handle)
+    handle.stop()
+    receiver.wait_for(lambda spans: any(s["name"] == "backlog.phase" for s in spans), timeout=15)
+
+    snapshot = monitor.snapshot()
+    latencies, written, distinct = _read_output(spark, out / "parquet", snapshot.batches, initial_mode, handle.transitions)
+    in_topic = _records_in_topic(bootstrap, settings)
+    summary = summarize(snapshot.batches, handle.transitions, initial_mode, started_at, latencies, written, distinct,
+                        in_topic)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_timeline(out / "timeline.png", snapshot.batches, handle.transitions, initial_mode, started_at, receiver.spans)
+    console.print(summary_table(summary))
+    console.print(f"timeline: {out / 'timeline.png'}   spans: {out / 'spans.jsonl'}   summary: {out / 'summary.json'}")
+    return summary
+
+
+def _prepare_output(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUT_ENTRIES:  # a new demo starts from scratch (and a new checkpoint)
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    return out
+
+
+def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> None:
+    from backlog_source.broker import create_topic, produce
+
+    try:
+        create_topic(bootstrap, settings.topic, settings.partitions)
+    except Exception as exc:  # the topic may exist on a real cluster: add to it
+        console.print(f"topic {settings.topic} not created ({exc}); seeding into the existing topic")
+    partitions = _partition_count(bootstrap, settings)
+    value = b"s" * settings.value_size
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"seeding {settings.backlog_records:,} records", total=settings.backlog_records)
+
+        def records():
+            for i in range(settings.backlog_records):
+                if i % 20_000 == 0:
+                    progress.update(task, completed=i)
+                yield i % partitions, b"seed-%d" % i, value
+
+        started = time.perf_counter()
+        produce(bootstrap, settings.topic, records())
+    console.print(f"seeded {settings.backlog_records:,} records over {partitions} partitions "
+                  f"in {time.perf_counter() - started:.1f} s")
+
+
+def _spark(otlp_endpoint: str, console: Console):
+    from pyspark.sql import SparkSession
+
+    from backlog_source import BacklogDataSource, telemetry
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with console.status("starting Spark"):
+        spark = (SparkSession.builder.master("local[2]").appName("backlog-source-demo")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    # Traces go to the demo's own receiver: this process (the mode switch) and, through
+    # SparkContext.environment, the driver's and executors' Python workers.
+    tracing = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
+               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "backlog-source-demo",
+               "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    os.environ.update(tracing)
+    spark.sparkContext.environment.update(tracing)
+    telemetry.reset()
+    spark.dataSource.register(BacklogDataSource)
+    return spark
+
+
+def _watch(settings, console, handle, monitor, producer, started_at, initial_mode) -> None:
+    """Show the live view until the job has run ``live_seconds`` in low-latency mode."""
+    live_since = None
+    deadline = started_at + settings.drain_timeout_seconds
+    printed = 0
+    with Live(console=console, refresh_per_second=4, transient=False) if settings.live_view else ExitStack() as live:
+        while True:
+            if handle.await_termination(timeout=0.25):  # raises the query's failure
+                raise DemoFailed("the query stopped unexpectedly")
+            now = time.time()
+            if handle.mode == LOW and live_since is None:
+                live_since = now
+            left = None if live_since is None else settings.live_seconds - (now - live_since)
+            status = ("draining the backlog in high-throughput mode" if live_since is None
+                      else f"caught up: low-latency mode, {max(0, left):.0f} s of live traffic left")
+            snapshot = monitor.snapshot()
+            if settings.live_view:
+                live.update(render(snapshot, handle.mode, status, started_at, producer.delivered))
+            else:
+                for batch in snapshot.batches[printed:]:
+                    console.print(f"batch {batch.batch_id}: {batch.records:,} records in {batch.seconds:.2f} s, "
+                                  f"lag {batch.lag:,}, mode {mode_at(batch.started_at, initial_mode, handle.transitions)}")
+                printed = len(snapshot.batches)
+            if left is not None and left <= 0:
+                return
+            if live_since is None and now > deadline:
+                raise DemoFailed(f"the backlog was not drained within {settings.drain_timeout_seconds:.0f} s "
+                                 "(--drain-timeout-seconds)")
+
+
+def _offsets_client(bootstrap: str, settings: DemoSettings):
+    from backlog_source.settings import parse_options
+    from enumerator.kafka_admin import KafkaOffsetsClient
+
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": settings.topic,
+               **{k: v.get_secret_value() for k, v in settings.kafka_options.items()}}
+    return KafkaOffsetsClient(parse_options(options))
+
+
+def _producer_config(settings: DemoSettings) -> dict:
+    return {k[len("kafka."):]: v.get_secret_value() for k, v in settings.kafka_options.items() if k.startswith("kafka.")}
+
+
+def _partition_count(bootstrap: str, settings: DemoSettings) -> int:
+    client = _offsets_client(bootstrap, settings)
+    try:
+        count = client.partition_counts().get(settings.topic)
+    finally:
+        client.close()
+    if not count:
+        raise DemoFailed(f"topic {settings.topic!r} does not exist on {bootstrap}; seed it with --seed")
+    return count
+
+
+def _log_range(bootstrap: str, settings: DemoSettings):
+    from backlog_source.buckets import Bucket
+
+    client = _offsets_client(bootstrap, settings)
+    try:
+        buckets = [Bucket(settings.topic, p) for p in range(client.partition_counts()[settings.topic])]
+        return client.earliest_offsets(buckets), client.latest_offsets(buckets)
+    finally:
+        client.close()
+
+
+def _records_in_topic(bootstrap: str, settings: DemoSettings) -> int:
+    earliest, latest = _log_range(bootstrap, settings)
+    return sum(latest[b] - earliest[b] for b in latest)
+
+
+def _wait_caught_up(bootstrap, settings, monitor, handle, timeout_s: float = 120) -> None:
+    """After the producer stopped: wait until a batch has read up to every log end."""
+    _, latest = _log_range(bootstrap, settings)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        batches = monitor.snapshot().batches
+        if batches and all(batches[-1].positions.get(b, -1) >= end for b, end in latest.items()):
+            return
+        if handle.await_termination(timeout=0.2):
+            raise DemoFailed("the query stopped before it caught up")
+    raise DemoFailed(f"the query did not catch up with the log end within {timeout_s:.0f} s")
+
+
+def _read_output(spark, path: Path, batches, initial_mode, transitions):
+    """Count what the Parquet sink committed (Spark reads only committed files) and the
+    end-to-end latency of each live record, by the mode of the batch that wrote it."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(str(path))
+    written = df.count()
+    distinct = df.select("partition", "offset").distinct().count()
+    live = (df.where(F.col("key").startswith(F.lit(LIVE_KEY_PREFIX)))
+            .select(F.unix_millis("timestamp").alias("produced_ms"), F.unix_millis("processed_at").alias("batch_ms"))
+            .collect())
+    starts = [b.started_at for b in batches]
+    latencies: dict[str, list[float]] = {HIGH: [], LOW: []}
+    for row in live:
+        # The batch that wrote the record: the last one that started at or before its
+        # batch timestamp (Spark's current_timestamp() is fixed per micro-batch).
+        index = bisect.bisect_right(starts, row.batch_ms / 1000 + 0.5) - 1
+        if index < 0:
+            continue
+        batch = batches[index]
+        latencies[mode_at(batch.started_at, initial_mode, transitions)].append(batch.ended_at - row.produced_ms / 1000)
+    return latencies, written, distinct

@@ -1,0 +1,121 @@
+"""The demo's pure parts: settings precedence, the summary numbers, the live view."""
+
+import argparse
+
+import pytest
+from pydantic import ValidationError
+from rich.console import Console
+
+from backlog_source.buckets import Bucket
+from backlog_source.demo.monitor import BatchRecord, BucketDrain, Snapshot
+from backlog_source.demo.report import HIGH, LOW, mode_at, percentile, summarize
+from backlog_source.demo.settings import DemoSettings, add_arguments, from_arguments
+from backlog_source.demo.view import render
+from backlog_source.mode_switch import Transition
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_arguments(parser.parse_args(argv))
+
+
+@pytest.fixture
+def no_backlog_env(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no .env of the developer's
+    for name in list(__import__("os").environ):
+        if name.startswith("BACKLOG_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_defaults_are_the_issue_sizes_on_the_embedded_broker(no_backlog_env):
+    settings = parse([])
+    assert (settings.backlog_records, settings.partitions, settings.live_rate, settings.live_seconds) == (
+        2_000_000, 8, 1_000, 60.0)
+    assert settings.embedded and settings.seeding
+
+
+def test_flags_beat_environment_which_beats_dotenv(no_backlog_env, tmp_path):
+    (tmp_path / ".env").write_text("BACKLOG_PARTITIONS=3\nBACKLOG_TOPIC=from-dotenv\nBACKLOG_LIVE_RATE=7\n")
+    no_backlog_env.setenv("BACKLOG_TOPIC", "from-env")
+    no_backlog_env.setenv("BACKLOG_LIVE_RATE", "9")
+    settings = parse(["--live-rate", "11"])
+    assert (settings.partitions, settings.topic, settings.live_rate) == (3, "from-env", 11)
+
+
+def test_a_real_cluster_is_not_seeded_unless_asked(no_backlog_env):
+    assert not parse(["--bootstrap-servers", "kafka:9092", "--topic", "orders"]).seeding
+    assert parse(["--bootstrap-servers", "kafka:9092", "--seed"]).seeding
+
+
+def test_kafka_options_are_secret_and_need_key_value(no_backlog_env):
+    settings = parse(["--option", "kafka.sasl.password=hunter2", "--option", "kafka.security.protocol=SASL_SSL"])
+    assert settings.kafka_options["kafka.sasl.password"].get_secret_value() == "hunter2"
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.model_dump())
+    with pytest.raises(ValueError, match="--option expects KEY=VALUE, got 'novalue'"):
+        parse(["--option", "novalue"])
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--partitions", "0"], "partitions"),
+    (["--live-rate", "fast"], "live_rate"),
+    (["--low-latency-interval", "soon"], "low_latency_interval"),
+])
+def test_bad_values_name_the_option(no_backlog_env, argv, field):
+    with pytest.raises(ValidationError, match=field):
+        parse(argv)
+
+
+def test_help_documents_every_option():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    for name in DemoSettings.model_fields:
+        flag = "--option" if name == "kafka_options" else "--" + name.replace("_", "-")
+        assert flag in text and f"BACKLOG_{name.upper()}" in text
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def batch(batch_id, start, seconds, records, backlog, lag=0):
+    positions = {Bucket("t", 0): 100}
+    return BatchRecord(batch_id, "run", start, start + seconds, records, backlog, positions,
+                       {Bucket("t", 0): 100 + lag})
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 0.5) is None
+    assert percentile([3, 1, 2, 4], 0.5) == 2 and percentile(list(range(1, 101)), 0.99) == 99
+
+
+def test_mode_follows_transitions_once_the_new_run_started():
+    switch = Transition(HIGH, LOW, 3, at=100.0, restart_seconds=2.0)
+    assert [mode_at(t, HIGH, [switch]) for t in (99, 101, 102, 150)] == [HIGH, HIGH, LOW, LOW]
+
+
+def test_summary_numbers():
+    batches = [batch(0, 10, 5, 1000, True, lag=500), batch(1, 15, 2, 500, True), batch(2, 17, 1, 0, False),
+               batch(3, 21, 0.5, 10, False), batch(4, 22, 0.4, 12, False)]
+    switch = Transition(HIGH, LOW, 2, at=18.0, restart_seconds=2.0)
+    summary = summarize(batches, [switch], HIGH, started_at=10.0,
+                        live_latencies={HIGH: [4.0, 6.0], LOW: [1.0, 1.2, 0.8]},
+                        records_written=1522, distinct_written=1522, records_in_topic=1522)
+    assert summary["drain_seconds"] == 8.0  # batch 2 (flag false) ended at 18
+    assert summary["batches"] == {HIGH: 3, LOW: 2}
+    assert summary["switch_restart_seconds"] == 2.0
+    assert summary["switch_gap_seconds"] == pytest.approx(3.0)  # batch 2 ended at 18, batch 3 started at 21
+    assert summary["live_latency_p50"] == {HIGH: 4.0, LOW: 1.0}
+    assert summary["exactly_once"]
+    assert not summarize(batches, [switch], HIGH, 10.0, {}, 1522, 1521, 1522)["exactly_once"]
+
+
+def test_the_live_view_shows_mode_buckets_and_lag():
+    snapshot = Snapshot([batch(0, 10, 1, 1000, True, lag=4242)],
+                        {Bucket("t", 0): BucketDrain(0, 200, 100), Bucket("t", 1): BucketDrain(0, 50, 50, True)})
+    console = Console(record=True, width=140)
+    console.print(render(snapshot, HIGH, "draining", started_at=0.0, produced_live=77))
+    text = console.export_text()
+    assert "high-throughput" in text and "4,242" in text and "t-0" in text and "done" in text and "77" in text
+    assert BucketDrain(0, 200, 100).fraction == 0.5 and BucketDrain(0, 0, 0).fraction == 1.0
