@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from pydantic import ValidationError
 
-        from backlog_source.demo.app import run
+        try:
+            from backlog_source.demo.app import run
+        except ImportError as exc:
+            print(f"backlog-source demo needs the demo extra ({exc.name} is missing): "
+                  "pip install 'backlog-source[demo]'", file=sys.stderr)
+            return 2
         from backlog_source.demo.settings import from_arguments
 
         try:

@@ -63,8 +63,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
         resources.callback(broker.stop)
         bootstrap = broker.bootstrap_servers
         console.print(f"embedded broker at {bootstrap}")
-    if settings.seeding:
-        _seed(settings, bootstrap, console)
+    seeded = _seed(settings, bootstrap, console) if settings.seeding else 0
 
     spark = _spark(receiver.endpoint, console)
     resources.callback(spark.stop)
@@ -89,8 +88,9 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
               .option("checkpointLocation", str(out / "checkpoint")))
 
     partitions = _partition_count(bootstrap, settings)
-    producer = LiveProducer(bootstrap, settings.topic, partitions, settings.live_rate, settings.value_size,
-                            _producer_config(settings))
+    producer = LiveProducer(bootstrap, settings.topic, partitions, settings.live_records_per_second,
+                            settings.value_size, _producer_config(settings))
+    start_positions, _ = _log_range(bootstrap, settings)  # startingOffsets=earliest
     started_at = time.time()
     handle = start_backlog_aware(writer, settings.high_throughput_interval, settings.low_latency_interval)
     resources.callback(handle.stop)
@@ -110,9 +110,12 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
 
     snapshot = monitor.snapshot()
     latencies, written, distinct = _read_output(spark, out / "parquet", snapshot.batches, initial_mode, handle.transitions)
-    in_topic = _records_in_topic(bootstrap, settings)
+    final_positions = snapshot.batches[-1].positions if snapshot.batches else start_positions
+    read_range = sum(final_positions.get(b, start) - start for b, start in start_positions.items())
+    # Only on the embedded broker is the demo sure to be the topic's only producer.
+    produced = seeded + producer.delivered if settings.embedded else None
     summary = summarize(snapshot.batches, handle.transitions, initial_mode, started_at, latencies, written, distinct,
-                        in_topic)
+                        read_range, produced)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_timeline(out / "timeline.png", snapshot.batches, handle.transitions, initial_mode, started_at, receiver.spans)
     console.print(summary_table(summary))
@@ -131,7 +134,9 @@ def _prepare_output(out: Path) -> Path:
     return out
 
 
-def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> None:
+def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
+    """Create the topic (if it does not exist) and produce the backlog; returns the records
+    produced, the broker helper's seal records included."""
     from backlog_source.broker import create_topic, produce
 
     try:
@@ -150,9 +155,10 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> None:
                 yield i % partitions, b"seed-%d" % i, value
 
         started = time.perf_counter()
-        produce(bootstrap, settings.topic, records())
+        produced = produce(bootstrap, settings.topic, records())
     console.print(f"seeded {settings.backlog_records:,} records over {partitions} partitions "
                   f"in {time.perf_counter() - started:.1f} s")
+    return produced
 
 
 def _spark(otlp_endpoint: str, console: Console):
@@ -241,11 +247,6 @@ def _log_range(bootstrap: str, settings: DemoSettings):
         return client.earliest_offsets(buckets), client.latest_offsets(buckets)
     finally:
         client.close()
-
-
-def _records_in_topic(bootstrap: str, settings: DemoSettings) -> int:
-    earliest, latest = _log_range(bootstrap, settings)
-    return sum(latest[b] - earliest[b] for b in latest)
 
 
 def _wait_caught_up(bootstrap, settings, monitor, handle, timeout_s: float = 120) -> None:

@@ -29,7 +29,10 @@ class DemoSettings(BaseSettings):
     backlog_records: int = Field(2_000_000, ge=0, description="records in the seeded backlog")
     partitions: int = Field(8, ge=1, description="partitions of the topic when it is created")
     value_size: int = Field(100, ge=1, description="bytes per seeded record value")
-    live_rate: int = Field(1_000, ge=0, description="live records per second, produced from the query's start (0: none)")
+    live_rate: int | None = Field(
+        None, ge=0, description="live records per second produced into the topic from the query's start (0: none). "
+        "Default: 1000 when seeding, 0 on a real cluster unless given",
+    )
     live_seconds: float = Field(
         60.0, ge=0, description="seconds of live traffic in low-latency mode before the demo ends"
     )
@@ -62,6 +65,13 @@ class DemoSettings(BaseSettings):
     @property
     def seeding(self) -> bool:
         return self.embedded if self.seed is None else self.seed
+
+    @property
+    def live_records_per_second(self) -> int:
+        """Never writes into someone's topic unless asked: 0 on an unseeded real cluster."""
+        if self.live_rate is not None:
+            return self.live_rate
+        return 1_000 if self.seeding else 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ def no_backlog_env(monkeypatch, tmp_path):
 
 def test_defaults_are_the_issue_sizes_on_the_embedded_broker(no_backlog_env):
     settings = parse([])
-    assert (settings.backlog_records, settings.partitions, settings.live_rate, settings.live_seconds) == (
+    assert (settings.backlog_records, settings.partitions, settings.live_records_per_second, settings.live_seconds) == (
         2_000_000, 8, 1_000, 60.0)
     assert settings.embedded and settings.seeding
 
@@ -45,8 +45,10 @@ def test_flags_beat_environment_which_beats_dotenv(no_backlog_env, tmp_path):
 
 
 def test_a_real_cluster_is_not_seeded_unless_asked(no_backlog_env):
-    assert not parse(["--bootstrap-servers", "kafka:9092", "--topic", "orders"]).seeding
+    cluster = parse(["--bootstrap-servers", "kafka:9092", "--topic", "orders"])
+    assert not cluster.seeding and cluster.live_records_per_second == 0  # never writes unasked
     assert parse(["--bootstrap-servers", "kafka:9092", "--seed"]).seeding
+    assert parse(["--bootstrap-servers", "kafka:9092", "--live-rate", "5"]).live_records_per_second == 5
 
 
 def test_kafka_options_are_secret_and_need_key_value(no_backlog_env):
@@ -101,14 +103,16 @@ def test_summary_numbers():
     switch = Transition(HIGH, LOW, 2, at=18.0, restart_seconds=2.0)
     summary = summarize(batches, [switch], HIGH, started_at=10.0,
                         live_latencies={HIGH: [4.0, 6.0], LOW: [1.0, 1.2, 0.8]},
-                        records_written=1522, distinct_written=1522, records_in_topic=1522)
+                        records_written=1522, distinct_written=1522, records_read_range=1522, records_produced=1522)
     assert summary["drain_seconds"] == 8.0  # batch 2 (flag false) ended at 18
     assert summary["batches"] == {HIGH: 3, LOW: 2}
     assert summary["switch_restart_seconds"] == 2.0
     assert summary["switch_gap_seconds"] == pytest.approx(3.0)  # batch 2 ended at 18, batch 3 started at 21
     assert summary["live_latency_p50"] == {HIGH: 4.0, LOW: 1.0}
     assert summary["exactly_once"]
-    assert not summarize(batches, [switch], HIGH, 10.0, {}, 1522, 1521, 1522)["exactly_once"]
+    assert not summarize(batches, [switch], HIGH, 10.0, {}, 1522, 1521, 1522, 1522)["exactly_once"]  # a duplicate
+    assert not summarize(batches, [switch], HIGH, 10.0, {}, 1522, 1522, 1522, 1530)["exactly_once"]  # records missing
+    assert summarize(batches, [switch], HIGH, 10.0, {}, 1522, 1522, 1522, None)["exactly_once"]  # a real cluster
 
 
 def test_the_live_view_shows_mode_buckets_and_lag():
