@@ -81,13 +81,16 @@ def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, t
     return {"records": records, "seconds": wall, "loop_seconds": max(s for _, s in results), "records_per_s": records / wall}
 
 
-def run_source(spark, bootstrap: str, topic: str, expected: int) -> dict:
+def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str) -> dict:
+    """Drain ``topic`` from earliest with ``Trigger.AvailableNow`` into ``noop``; ``options``
+    are extra source options. Raises RuntimeError unless exactly ``expected`` records arrive."""
     with tempfile.TemporaryDirectory() as checkpoint:
         df = (
             spark.readStream.format("backlog")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
+            .options(**options)
             .load()
         )
         started = time.perf_counter()

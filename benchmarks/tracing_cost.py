@@ -26,7 +26,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backlog_source.broker import create_topic, produce, start_broker  # noqa: E402
 from backlog_source.otlp_receiver import OtlpReceiver  # noqa: E402
+from read_throughput import run_source  # noqa: E402  (same directory)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -51,25 +51,7 @@ def set_worker_env(spark, env: dict[str, str | None]) -> None:
 
 
 def drain(spark, bootstrap: str, topic: str, expected: int, per_trigger: int) -> dict:
-    with tempfile.TemporaryDirectory() as checkpoint:
-        df = (
-            spark.readStream.format("backlog")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(per_trigger))
-            .load()
-        )
-        started = time.perf_counter()
-        query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
-        query.awaitTermination()
-        wall = time.perf_counter() - started
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        records = sum(p.numInputRows for p in query.recentProgress)
-    if records != expected:
-        raise RuntimeError(f"read {records} records, expected {expected}")
-    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(query.recentProgress)}
+    return run_source(spark, bootstrap, topic, expected, maxOffsetsPerTrigger=str(per_trigger))
 
 
 def main() -> None:

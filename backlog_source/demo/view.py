@@ -45,7 +45,7 @@ def render(snapshot: Snapshot, mode: str, status: str, started_at: float, produc
     for bucket in sorted(snapshot.drains):
         drain = snapshot.drains[bucket]
         buckets.add_row(
-            str(bucket), ProgressBar(total=1.0, completed=drain.fraction, width=30),
+            str(bucket), ProgressBar(total=1.0, completed=drain.fraction, width=30, complete_style="yellow", finished_style="green"),
             f"{drain.position:,}", f"{drain.boundary:,}", "[green]done[/]" if drain.finished else "",
         )
     footer = Text.assemble((status, "italic"), ("   live records produced: ", "dim"), f"{produced_live:,}",
