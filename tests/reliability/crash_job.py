@@ -1,0 +1,134 @@
+"""A driver program for the crash tests: a backlog-aware query into Parquet that SIGKILLs its
+own process group (this Python driver and its Spark JVM) at a named point.
+
+    python -m tests.reliability.crash_job BOOTSTRAP TOPIC OUT_DIR --crash-at POINT
+
+Points: ``mid_backlog`` (while a high-throughput batch runs), ``after_boundary`` (the batch
+whose positions reached every boundary has committed, before the flag drops),
+``during_switch`` (the controller is stopping/starting the query), ``low_latency`` (in
+low-latency mode, between batches), ``after_commit`` (inside the progress callback of a
+committed batch), ``none`` (run until caught up with the log end, then stop and exit 0).
+Run with ``start_new_session=True`` so the kill does not reach the caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+POINTS = ("mid_backlog", "after_boundary", "during_switch", "low_latency", "after_commit", "none")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bootstrap")
+    parser.add_argument("topic")
+    parser.add_argument("out")
+    parser.add_argument("--crash-at", choices=POINTS, required=True)
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from backlog_source import BacklogDataSource, start_backlog_aware
+
+    log_file = open(os.path.join(args.out, "job.log"), "a")
+
+    def note(what: str, **details) -> None:
+        log_file.write(json.dumps({"at": time.time(), "crash_at": args.crash_at, "what": what, **details}) + "\n")
+        log_file.flush()
+
+    def crash(reason: str) -> None:
+        note("SIGKILL", reason=reason)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(BacklogDataSource)
+    df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", args.bootstrap)
+          .option("subscribe", args.topic).option("startingOffsets", "earliest")
+          .option("backlog.maxOffsetsPerTrigger", "150000").option("maxOffsetsPerTrigger", "20000").load())
+    writer = (df.writeStream.format("parquet").option("path", os.path.join(args.out, "parquet"))
+              .option("checkpointLocation", os.path.join(args.out, "checkpoint")))
+    state = {"handle": None, "ll_batches": 0}
+
+    class CrashPoints(StreamingQueryListener):
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            progress = event.progress
+            end = json.loads(progress.sources[0].endOffset)
+            positions, backlog = end["positions"], end["backlog"]
+            handle = state["handle"]
+            mode = handle.mode if handle else None
+            note("batch", batch=progress.batchId, rows=progress.numInputRows, backlog=end["processing_backlog"],
+                 mode=mode)
+            if args.crash_at == "after_boundary" and backlog and all(
+                positions[t][p] >= boundary for t, parts in backlog.items() for p, boundary in parts.items()
+            ):
+                crash("every position reached its boundary; the flag has not dropped yet")
+            if args.crash_at == "during_switch" and not end["processing_backlog"] and mode == "high-throughput":
+                # The controller starts stopping the query now; the restart takes ~1 s.
+                threading.Timer(0.4, crash, args=("mid-switch",)).start()
+            if mode == "low-latency" and progress.numInputRows > 0:
+                state["ll_batches"] += 1
+                if args.crash_at == "after_commit" and state["ll_batches"] >= 2:
+                    crash("right after a batch commit")
+
+    spark.streams.addListener(CrashPoints())
+    handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
+    state["handle"] = handle
+    note("started", mode=handle.mode)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        query = handle.query
+        if handle.await_termination(timeout=0.05):
+            note("terminated")
+            sys.exit(3)
+        if args.crash_at == "mid_backlog":
+            last = query.lastProgress
+            if last is not None and last["batchId"] >= 1 and query.status["isTriggerActive"]:
+                time.sleep(0.3)
+                crash("a high-throughput batch is running")
+        if args.crash_at == "low_latency" and handle.mode == "low-latency" and state["ll_batches"] >= 2:
+            crash("in low-latency mode")
+        if args.crash_at == "none" and caught_up(query, args):
+            handle.stop()
+            note("caught up and stopped")
+            spark.stop()
+            return
+    note("deadline passed")
+    sys.exit(4)
+
+
+def caught_up(query, args) -> bool:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    last = query.lastProgress
+    if last is None:
+        return False
+    positions = json.loads(last["sources"][0]["endOffset"])["positions"].get(args.topic, {})
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    count = len(admin.list_topics(args.topic, timeout=10).topics[args.topic].partitions)
+    futures = admin.list_offsets({TopicPartition(args.topic, p): OffsetSpec.latest() for p in range(count)})
+    ends = {str(tp.partition): f.result(timeout=10).offset for tp, f in futures.items()}
+    return positions == ends
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""kill -9 of the driver (Python and its JVM) at five points; every restart resumes from the
+checkpoint. One million records land in the Parquet sink exactly once, and the backlog phase
+keeps its source id, boundaries and trace across all restarts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from backlog_source.demo.traffic import LiveProducer
+from tests.integration.helpers import log_end_offsets, make_topic
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).with_name("crash_job.py")
+POINTS = ("mid_backlog", "after_boundary", "during_switch", "low_latency", "after_commit")
+PARTITIONS, PER_PARTITION = 4, 250_000
+
+
+def run_job(broker, topic: str, out: Path, point: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(JOB), broker.bootstrap_servers, topic, str(out), "--crash-at", point],
+        cwd=JOB.parents[2], capture_output=True, text=True, timeout=400, start_new_session=True,
+    )
+
+
+def job_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "job.log").read_text().splitlines()]
+
+
+def committed_parquet_files(path: Path) -> list[str]:
+    """Files the Parquet sink committed, from its log (``N`` and ``N.compact`` entries)."""
+    files = set()
+    for entry in (path / "_spark_metadata").iterdir():
+        if entry.name.split(".")[0].isdigit() and not entry.name.endswith(".crc"):
+            for line in entry.read_text().splitlines()[1:]:
+                files.add(json.loads(line)["path"].removeprefix("file://"))
+    return sorted(files)
+
+
+def checkpointed_offsets(checkpoint: Path) -> list[dict]:
+    """The source's offset dict of every batch in the offset log, in batch order."""
+    entries = sorted((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return [json.loads(p.read_text().splitlines()[2]) for p in entries]
+
+
+def test_kill_minus_nine_at_five_points_loses_and_duplicates_nothing(broker, topic_name, tmp_path):
+    make_topic(broker, topic_name, PARTITIONS, per_partition=PER_PARTITION, value_size=20)
+    live = LiveProducer(broker.bootstrap_servers, topic_name, PARTITIONS, rate=300).start()
+    try:
+        for point in POINTS:
+            result = run_job(broker, topic_name, tmp_path, point)
+            kills = [e for e in job_log(tmp_path) if e["what"] == "SIGKILL" and e["crash_at"] == point]
+            assert result.returncode == -signal.SIGKILL and len(kills) == 1, (
+                f"{point}: exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
+    finally:
+        live.stop()
+    assert live.failed == 0
+    final = run_job(broker, topic_name, tmp_path, "none")
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    expected = sum(log_end_offsets(broker, topic_name).values())
+    table = pq.ParquetDataset(committed_parquet_files(tmp_path / "parquet")).read(columns=["partition", "offset"])
+    pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+    assert expected >= PARTITIONS * PER_PARTITION
+    assert len(pairs) == expected, f"{len(pairs) - expected:+} records against the topic"
+    assert len(set(pairs)) == expected, f"{len(pairs) - len(set(pairs))} duplicates"
+
+    # Every restart resumed the same backlog phase: one source id, one trace while in
+    # backlog, and a bucket's boundary never moved while it was pending.
+    offsets = checkpointed_offsets(tmp_path / "checkpoint")
+    assert len({o["source_id"] for o in offsets}) == 1
+    in_backlog = [o for o in offsets if o["processing_backlog"]]
+    assert in_backlog and len({o["trace"]["traceparent"] for o in in_backlog}) == 1
+    first_boundaries = in_backlog[0]["backlog"][topic_name]
+    assert len(first_boundaries) == PARTITIONS
+    for offset in in_backlog:
+        for partition, boundary in offset["backlog"].get(topic_name, {}).items():
+            assert boundary == first_boundaries[partition]
+    assert not offsets[-1]["processing_backlog"]
