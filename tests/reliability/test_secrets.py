@@ -1,0 +1,97 @@
+"""No secret value appears in logs, offsets, events, span attributes or exception messages,
+with SASL/SSL options set: every output of real runs is searched for every secret."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from backlog_source.otlp_receiver import OtlpReceiver
+from tests.integration.helpers import make_topic
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).with_name("secrets_job.py")
+
+
+def secret_options(protocol: str) -> tuple[dict[str, str], list[str]]:
+    """Options with a distinct secret in every secret-bearing key; returns them and the secrets."""
+    password, jaas_password, key_password, store_password, token = (f"s3cret-{uuid.uuid4().hex}" for _ in range(5))
+    options = {
+        "kafka.security.protocol": protocol,
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                  f'username="svc" password="{jaas_password}";',
+        "kafka.ssl.key.password": key_password,
+        "kafka.ssl.keystore.password": store_password,
+        "kafka.sasl.oauthbearer.config": f"principal=svc token={token}",
+    }
+    if protocol == "PLAINTEXT":  # librdkafka rejects SASL/SSL settings it cannot use on PLAINTEXT
+        options = {"kafka.sasl.password": password, "kafka.ssl.key.password": key_password}
+        return options, [password, key_password]
+    return options, [jaas_password, key_password, store_password, token]
+
+
+def run(broker, topic, out: Path, options: dict, mode: str, receiver: OtlpReceiver) -> str:
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    result = subprocess.run([sys.executable, str(JOB), broker.bootstrap_servers, topic, str(out), json.dumps(options),
+                             mode], capture_output=True, text=True, timeout=400, env=env, cwd=JOB.parents[2])
+    assert result.returncode == 0, (mode, result.returncode, result.stdout[-3000:], result.stderr[-3000:])
+    return result.stdout + result.stderr
+
+
+def everything_written(out: Path) -> str:
+    """Every file the run left (checkpoint: offsets, commits, metadata; sink log)."""
+    texts = []
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix != ".parquet":
+            texts.append(path.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(texts)
+
+
+def control_topic(broker) -> str:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "secrets-check",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition("_backlog_events", 0, 0)])
+    values = []
+    while True:
+        message = consumer.poll(5)
+        if message is None or message.error():
+            break
+        values.append((message.value() or b"").decode("utf-8", "replace"))
+    consumer.close()
+    return "\n".join(values)
+
+
+def assert_no_secret(secrets: list[str], **outputs: str) -> None:
+    for where, text in outputs.items():
+        for secret in secrets:
+            assert secret not in text, f"a secret appears in {where}"
+
+
+def test_secrets_never_leave_the_options(broker, topic_name, tmp_path):
+    make_topic(broker, topic_name, 2, per_partition=2_000)
+    with OtlpReceiver() as receiver:
+        # A run that connects (PLAINTEXT) but carries secret options: offsets, events, spans exist.
+        ok_options, ok_secrets = secret_options("PLAINTEXT")
+        ok_output = run(broker, topic_name, tmp_path / "ok", ok_options, "drain", receiver)
+        assert "LAST PROGRESS" in ok_output
+        # A run that cannot authenticate: its error messages and logs.
+        bad_options, bad_secrets = secret_options("SASL_PLAINTEXT")
+        bad_output = run(broker, topic_name, tmp_path / "bad", bad_options, "fail", receiver)
+        assert "QUERY FAILED" in bad_output
+        spans = json.dumps(receiver.spans)
+    assert '"backlog.phase"' in spans and '"backlog.read"' in spans  # the check saw real spans
+    events = control_topic(broker)
+    assert "BacklogFinishEvent" in events
+    assert_no_secret(ok_secrets + bad_secrets, driver_and_worker_logs=ok_output + bad_output,
+                     checkpoint_and_sink_files=everything_written(tmp_path), span_attributes=spans,
+                     control_topic_events=events)
