@@ -7,8 +7,10 @@ Points: ``mid_backlog`` (while a high-throughput batch runs), ``after_boundary``
 whose positions reached every boundary has committed, before the flag drops),
 ``during_switch`` (the controller is stopping/starting the query), ``low_latency`` (in
 low-latency mode, between batches), ``after_commit`` (inside the progress callback of a
-committed batch), ``none`` (run until caught up with the log end, then stop and exit 0).
-Run with ``start_new_session=True`` so the kill does not reach the caller.
+committed batch), ``none`` (run until in low-latency mode and caught up with the log end,
+then stop and exit 0).
+``JOB_MASTER`` picks the Spark master (default ``local[2]``); ``OTEL_*`` variables are passed
+to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so the kill does not reach the caller.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ def main() -> None:
         note("SIGKILL", reason=reason)
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    builder = (SparkSession.builder.master(os.environ.get("JOB_MASTER", "local[2]"))
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+    for name, value in os.environ.items():
+        if name.startswith("OTEL_"):  # as the README says: executors get OTEL_* via executorEnv
+            builder = builder.config(f"spark.executorEnv.{name}", value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BacklogDataSource)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", args.bootstrap)
@@ -106,9 +112,13 @@ def main() -> None:
                 crash("a high-throughput batch is running")
         if args.crash_at == "low_latency" and handle.mode == "low-latency" and state["ll_batches"] >= 2:
             crash("in low-latency mode")
-        if args.crash_at == "none" and caught_up(query, args):
+        if args.crash_at == "none" and handle.mode == "low-latency" and caught_up(query, args):
             handle.stop()
-            note("caught up and stopped")
+            status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+            note("caught up and stopped", master=spark.sparkContext.master, mode=handle.mode,
+                 transitions=[t.__dict__ for t in handle.transitions],
+                 block_managers=[str(k) for k in spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters
+                                 .asJava(status.keySet())])
             spark.stop()
             return
     note("deadline passed")
