@@ -1,4 +1,4 @@
-"""``backlog-source`` command line: ``backlog-source demo`` (what ``make demo`` runs).
+"""``backlog-source`` command line: ``demo`` (what ``make demo`` runs) and ``snapshot``.
 
 Which process: the user's driver program. ``demo`` is :mod:`backlog_source.demo.app`;
 its options also come from ``BACKLOG_*`` environment variables and a ``.env`` file.
@@ -24,6 +24,18 @@ def _parser() -> argparse.ArgumentParser:
         "as a BACKLOG_<NAME> environment variable or in a .env file; flags win.",
     )
     add_arguments(demo)
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="write the latest record per key of a topic as Parquet plus a manifest",
+        description="Read TOPIC up to its current end offsets, keep the latest record per key (a null value "
+        "deletes the key), write Parquet per partition under PATH (local, or any URI pyarrow supports such as "
+        "s3:// or hdfs://), then publish PATH/_manifest.json. Readers see the previous snapshot until then.",
+    )
+    snapshot.add_argument("--bootstrap-servers", required=True, help="Kafka cluster (host:port[,host:port])")
+    snapshot.add_argument("--topic", required=True, help="the keyed topic to snapshot")
+    snapshot.add_argument("--path", required=True, help="snapshot root: a local path or a pyarrow.fs URI")
+    snapshot.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                          help="a source option such as kafka.security.protocol=SASL_SSL (repeatable; values never printed)")
     return parser
 
 
@@ -46,7 +58,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"backlog-source demo: invalid option: {exc}", file=sys.stderr)
             return 2
         return run(settings)
+    if args.command == "snapshot":
+        return _snapshot(args)
     return 2
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from backlog_source.errors import BacklogSourceError
+    from backlog_source.snapshot import take_snapshot
+
+    options = {"kafka.bootstrap.servers": args.bootstrap_servers}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"backlog-source snapshot: --option expects KEY=VALUE, got {key!r}", file=sys.stderr)
+            return 2
+        options[key] = value
+    try:
+        manifest = take_snapshot(options, args.topic, args.path)
+    except BacklogSourceError as exc:
+        print(f"backlog-source snapshot: {exc}", file=sys.stderr)
+        return 1
+    rows = sum(p.rows for p in manifest.partitions.values())
+    print(f"snapshot {manifest.snapshot_id} of {args.topic}: {rows:,} keys over {len(manifest.partitions)} "
+          f"partition(s), published at {args.path.rstrip('/')}/_manifest.json")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""The snapshot manifest: ``_manifest.json`` at the snapshot's root, written last.
+
+Shape, version 1::
+
+    {"version": 1, "topic": "orders", "snapshot_id": "7f0c…", "created_ms": 1763800000000,
+     "partitions": {"0": {"log_offset": 1234, "rows": 1000,
+                          "files": ["data/7f0c…/partition=0/part-0.parquet"]}}}
+
+``log_offset`` is the next offset after the snapshot: the log continues there. ``files`` are
+relative to the snapshot's root. A snapshot exists exactly when its manifest does: data
+files are written first, the manifest last, so a reader never sees half a snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from backlog_source.errors import BacklogSourceError
+
+MANIFEST_NAME = "_manifest.json"
+VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+
+class SnapshotError(BacklogSourceError):
+    """A snapshot is missing, malformed or does not fit the topic; the message says which."""
+
+
+@dataclass(frozen=True)
+class PartitionSnapshot:
+    log_offset: int
+    rows: int
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    topic: str
+    snapshot_id: str
+    created_ms: int
+    partitions: dict[int, PartitionSnapshot]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "topic": self.topic,
+            "snapshot_id": self.snapshot_id,
+            "created_ms": self.created_ms,
+            "partitions": {
+                str(p): {"log_offset": s.log_offset, "rows": s.rows, "files": list(s.files)}
+                for p, s in sorted(self.partitions.items())
+            },
+        }
+
+    def encode(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2) + "\n").encode()
+
+    @classmethod
+    def decode(cls, payload: bytes, where: str) -> "Manifest":
+        """Parse a manifest read from ``where``; raises :class:`SnapshotError` naming the problem."""
+        try:
+            data = json.loads(payload)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SnapshotError(f"{where} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SnapshotError(f"{where} must hold a JSON object")
+        version = data.get("version")
+        if version not in SUPPORTED_VERSIONS:
+            raise SnapshotError(
+                f"{where} has manifest version {version!r}; this release reads version(s) "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))}"
+            )
+        try:
+            partitions = {
+                int(p): PartitionSnapshot(int(s["log_offset"]), int(s["rows"]), tuple(str(f) for f in s["files"]))
+                for p, s in data["partitions"].items()
+            }
+            manifest = cls(str(data["topic"]), str(data["snapshot_id"]), int(data["created_ms"]), partitions)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotError(f"{where} is malformed: missing or invalid {exc}") from None
+        if any(s.log_offset < 0 or s.rows < 0 for s in partitions.values()):
+            raise SnapshotError(f"{where} is malformed: offsets and row counts must be >= 0")
+        return manifest
+
+    def check_fits(self, topic: str, partitions: set[int]) -> None:
+        """Raise :class:`SnapshotError` unless this snapshot is of ``topic`` and names only
+        partitions it has."""
+        if self.topic != topic:
+            raise SnapshotError(f"the snapshot is of topic {self.topic!r}, not {topic!r}")
+        unknown = sorted(set(self.partitions) - partitions)
+        if unknown:
+            raise SnapshotError(
+                f"the snapshot of {topic!r} names partition(s) {unknown} that the topic does not have"
+            )

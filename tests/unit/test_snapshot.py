@@ -1,0 +1,86 @@
+"""Snapshot pieces without Kafka: latest-per-key in Arrow, the manifest, atomic publishing."""
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from backlog_source.schema import arrow_schema
+from backlog_source.snapshot import MANIFEST_NAME, Manifest, PartitionSnapshot, SnapshotError, latest_per_key
+from backlog_source.snapshot.writer import _publish, load_manifest, read_partition
+
+
+def records(*rows):
+    """rows: (offset, key, value) of topic t, partition 0."""
+    schema = arrow_schema(False)
+    return pa.table({
+        "key": pa.array([k for _, k, _ in rows], pa.binary()),
+        "value": pa.array([v for _, _, v in rows], pa.binary()),
+        "topic": pa.array(["t"] * len(rows), pa.string()),
+        "partition": pa.array([0] * len(rows), pa.int32()),
+        "offset": pa.array([o for o, _, _ in rows], pa.int64()),
+        "timestamp": pa.array([0] * len(rows), pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0] * len(rows), pa.int32()),
+    }, schema=schema)
+
+
+def test_latest_record_per_key_wins_and_a_null_value_deletes():
+    table = records((0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"2"), (3, b"c", b"1"), (4, b"b", None),
+                    (5, b"c", None), (6, b"c", b"3"))
+    latest = latest_per_key(table)
+    assert [(r["key"], r["value"], r["offset"]) for r in latest.to_pylist()] == [(b"a", b"2", 2), (b"c", b"3", 6)]
+    kept = latest_per_key(table, drop_deletes=False)  # intermediate state keeps tombstones
+    assert [(r["key"], r["value"]) for r in kept.to_pylist()] == [(b"a", b"2"), (b"b", None), (b"c", b"3")]
+    assert latest.schema == table.schema
+
+
+def test_a_record_without_a_key_is_an_error_naming_it():
+    with pytest.raises(SnapshotError, match="record at offset 1 of t-0 has no key"):
+        latest_per_key(records((0, b"a", b"1"), (1, None, b"x")))
+
+
+def manifest(topic="t"):
+    return Manifest(topic, "abc", 1_700_000_000_000, {0: PartitionSnapshot(10, 3, ("data/abc/partition=0/part-0.parquet",))})
+
+
+def test_manifest_round_trip_and_fit():
+    m = manifest()
+    assert Manifest.decode(m.encode(), "x") == m
+    m.check_fits("t", {0, 1})
+    with pytest.raises(SnapshotError, match="the snapshot is of topic 't', not 'u'"):
+        m.check_fits("u", {0})
+    with pytest.raises(SnapshotError, match=r"names partition\(s\) \[0\] that the topic does not have"):
+        manifest().check_fits("t", {1})
+
+
+@pytest.mark.parametrize("payload, message", [
+    (b"not json", "is not JSON"),
+    (b"[]", "must hold a JSON object"),
+    (json.dumps({"version": 2}).encode(), "manifest version 2; this release reads version"),
+    (json.dumps({"version": 1, "topic": "t"}).encode(), "is malformed: missing or invalid"),
+    (json.dumps({"version": 1, "topic": "t", "snapshot_id": "a", "created_ms": 1,
+                 "partitions": {"0": {"log_offset": -1, "rows": 0, "files": []}}}).encode(), "must be >= 0"),
+])
+def test_bad_manifests_say_what_is_wrong(payload, message):
+    with pytest.raises(SnapshotError, match=message):
+        Manifest.decode(payload, "s3://b/snap/_manifest.json")
+
+
+def test_no_manifest_and_a_missing_file_are_clear_errors(tmp_path):
+    with pytest.raises(SnapshotError, match=f"no snapshot at {tmp_path}: _manifest.json does not exist"):
+        load_manifest(str(tmp_path))
+    (tmp_path / MANIFEST_NAME).write_bytes(manifest().encode())
+    fs, root, loaded = load_manifest(str(tmp_path))
+    with pytest.raises(SnapshotError, match="lists data/abc/partition=0/part-0.parquet for partition 0, but the file is missing"):
+        read_partition(fs, root, loaded, 0)
+
+
+def test_publishing_replaces_the_manifest_in_one_step_and_leaves_no_temporary(tmp_path):
+    import pyarrow.fs as pafs
+
+    fs = pafs.LocalFileSystem()
+    _publish(fs, str(tmp_path), manifest())
+    second = Manifest("t", "def", 2, {})
+    _publish(fs, str(tmp_path), second)
+    assert [p.name for p in tmp_path.iterdir()] == [MANIFEST_NAME]
+    assert load_manifest(str(tmp_path))[2] == second
