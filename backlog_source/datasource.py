@@ -40,7 +40,7 @@ from enumerator.phase_trace import bucket_traceparent
 from enumerator.planner import plan_ranges
 from events.channel import ControlTopicReader
 from reader.kafka_reader import read_split
-from reader.split import KafkaSplit
+from reader.split import KafkaSplit, SnapshotSplit
 
 
 class BacklogDataSource(DataSource):
@@ -162,7 +162,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_partitions=self.settings.min_partitions,
             max_records_per_partition=self.settings.max_records_per_partition,
         )
-        return [
+        splits: list[InputPartition] = [
             KafkaSplit(
                 topic=r.bucket.topic,
                 partition=r.bucket.partition,
@@ -174,6 +174,18 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             for r in ranges
         ]
+        # A bucket whose snapshot was pending at the start and is not at the end reads it in
+        # this batch; its log range starts at the snapshot's log offset.
+        if first.snapshot is not None:
+            read_after = last.snapshot.pending if last.snapshot is not None else {}
+            for bucket, files in sorted(first.snapshot.pending.items()):
+                if bucket not in read_after:
+                    splits.append(SnapshotSplit(
+                        topic=bucket.topic, partition=bucket.partition, root=first.snapshot.root, files=files,
+                        log_offset=first.positions[bucket], boundary=last.backlog.get(bucket),
+                        source_id=last.source_id, traceparent=bucket_traceparent(last.trace, bucket),
+                    ))
+        return splits
 
     def commit(self, end: dict) -> None:
         pass
@@ -186,6 +198,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, SnapshotSplit):
+            from reader.snapshot_reader import read_snapshot_split
+
+            return read_snapshot_split(partition, self.settings)
         if not isinstance(partition, KafkaSplit):
-            raise TypeError(f"expected a KafkaSplit, got {type(partition).__name__}")
+            raise TypeError(f"expected a KafkaSplit or SnapshotSplit, got {type(partition).__name__}")
         return read_split(partition, self.settings)

@@ -123,6 +123,7 @@ class SourceSettings(BaseSettings):
     backlog_events_topic: str = "_backlog_events"
     backlog_reenter_lag: int | None = Field(default=None, gt=0)
     backlog_max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    snapshot_path: str | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -463,6 +464,7 @@ _SPEC: dict[str, tuple[str, Any]] = {
     "backlog.eventsTopic": ("backlog_events_topic", _parse_text),
     "backlog.reenterLag": ("backlog_reenter_lag", _parse_positive),
     "backlog.maxOffsetsPerTrigger": ("backlog_max_offsets_per_trigger", _parse_positive),
+    "snapshot.path": ("snapshot_path", _parse_text),
 }
 _CANONICAL = {name.lower(): name for name in _SPEC}
 _OPTIONS = {name.lower(): spec for name, spec in _SPEC.items()}

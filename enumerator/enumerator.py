@@ -24,7 +24,7 @@ from backlog_source.errors import ConfigError, DataLossError
 from backlog_source.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
 from enumerator.backlog import FOREIGN, HANDLED, BacklogState, record_boundaries
 from enumerator.kafka_admin import OffsetsClient
-from enumerator.offsets import SourceOffset
+from enumerator.offsets import SnapshotState, SourceOffset
 from enumerator.phase_trace import Finish, advance
 from enumerator.planner import lag, rate_limit
 from events.channel import CONTROL_PARTITION, ControlMessages
@@ -72,6 +72,7 @@ class Enumerator:
         control: ControlReader | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        snapshot_loader: Callable[[str], object] | None = None,
     ) -> None:
         if settings.backlog_enabled and control is None:
             raise ValueError("backlog tracking needs a control topic reader")
@@ -86,6 +87,8 @@ class Enumerator:
         self._latest: dict[Bucket, int] = {}
         self._warned: set[str] = set()
         self._initial: SourceOffset | None = None
+        # Returns (filesystem, root, Manifest) for snapshot.path; a fake in unit tests.
+        self._snapshot_loader = snapshot_loader
 
     # ---------------------------------------------------------------- subscription
 
@@ -128,19 +131,76 @@ class Enumerator:
         if self._settings.assign is not None:
             self._check_assigned_exist(buckets)
         positions = self._starting_positions(buckets)
+        snapshot, snapshot_only = self._start_from_snapshot(buckets, positions) if self._settings.snapshot_path else (None, set())
         source_id = uuid.uuid4().hex
         if not self._settings.backlog_enabled:
-            return SourceOffset(source_id=source_id, positions=positions)
+            return SourceOffset(source_id=source_id, positions=positions, snapshot=snapshot)
         self._ensure_control_topic()
         # Events written before this query started are not ours: start at the log end.
         events_position = self._control_log_end()
         log_end = self._client.latest_offsets(buckets) if buckets else {}
         backlog = record_boundaries(positions, log_end, buckets)
+        # A bucket with nothing in the log after its snapshot is in backlog until its
+        # snapshot has been read: its boundary is the snapshot's log offset.
+        backlog.update({b: positions[b] for b in snapshot_only})
         self._log_boundaries(source_id, backlog, positions)
         trace, _ = advance(None, source_id, backlog, {}, positions, self._now_ms())
         return SourceOffset(
-            source_id=source_id, positions=positions, backlog=backlog, events_position=events_position, trace=trace
+            source_id=source_id, positions=positions, backlog=backlog, events_position=events_position, trace=trace,
+            snapshot=snapshot,
         )
+
+    def _start_from_snapshot(self, buckets: set[Bucket], positions: dict[Bucket, int]) -> tuple[SnapshotState, set[Bucket]]:
+        """Start the snapshot's buckets at their ``log_offset`` (in ``positions``); returns the
+        snapshot state and the buckets whose whole backlog is their snapshot.
+
+        Raises :class:`~backlog_source.snapshot.SnapshotError` (no or bad manifest, another
+        topic, unknown partitions, a log offset beyond the log end) or :class:`DataLossError`
+        (a log offset below the earliest available offset, with ``failOnDataLoss=true``).
+        """
+        from backlog_source.snapshot.manifest import SnapshotError
+
+        path = self._settings.snapshot_path
+        assert path is not None
+        if self._snapshot_loader is None:
+            from backlog_source.snapshot.writer import load_manifest as loader
+        else:
+            loader = self._snapshot_loader
+        _, _, manifest = loader(path)
+        topic = manifest.topic
+        partitions = {b.partition for b in buckets if b.topic == topic}
+        if not partitions:
+            raise SnapshotError(
+                f"option 'snapshot.path' holds a snapshot of topic {topic!r}, which this query does not read"
+            )
+        manifest.check_fits(topic, partitions)
+        covered = [Bucket(topic, p) for p in sorted(manifest.partitions)]
+        earliest, latest = self._client.earliest_offsets(covered), self._client.latest_offsets(covered)
+        pending: dict[Bucket, tuple[str, ...]] = {}
+        snapshot_only: set[Bucket] = set()
+        for bucket in covered:
+            entry = manifest.partitions[bucket.partition]
+            position = entry.log_offset
+            if position > latest[bucket]:
+                raise SnapshotError(
+                    f"the snapshot continues {bucket} at offset {position}, beyond its log end {latest[bucket]}: "
+                    "is it a snapshot of another cluster, or was the topic re-created?"
+                )
+            if position < earliest[bucket]:
+                message = (
+                    f"the snapshot continues {bucket} at offset {position}, but its earliest available offset is "
+                    f"{earliest[bucket]}: records {position}..{earliest[bucket] - 1} are gone"
+                )
+                if self._settings.fail_on_data_loss:
+                    raise DataLossError(message + ". Take a newer snapshot, or set failOnDataLoss=false")
+                log.warning("%s; continuing at %d (failOnDataLoss=false)", message, earliest[bucket])
+                position = earliest[bucket]
+            positions[bucket] = position
+            pending[bucket] = entry.files
+            if entry.rows > 0 and latest[bucket] <= position:
+                snapshot_only.add(bucket)
+        log.info("starting %d partition(s) of %s from snapshot %s at %s", len(covered), topic, manifest.snapshot_id, path)
+        return SnapshotState(path, manifest.snapshot_id, pending), snapshot_only
 
     def probe_initial_backlog(self) -> dict[Bucket, int]:
         """The boundaries a new query would record now, without creating anything (no
@@ -165,8 +225,10 @@ class Enumerator:
         finishes: dict[Bucket, Finish] = {}  # why buckets left backlog in this call (for tracing)
         if self._settings.backlog_enabled:
             state, events_position = self._apply_events(start, finishes)
-            # Safety net: `start` is the last committed end, so its positions are committed.
-            state, passed = state.finish_passed(start.positions)
+            # Safety net: `start` is the last committed end, so its positions are committed;
+            # a bucket whose snapshot is still to be read has not reached anything yet.
+            unread = start.snapshot.pending if start.snapshot else {}
+            state, passed = state.finish_passed({b: o for b, o in start.positions.items() if b not in unread})
             for bucket in passed:
                 finishes[bucket] = Finish(span_names.FINISHED_BY_POSITION, start.positions[bucket])
                 log.warning(
@@ -211,7 +273,8 @@ class Enumerator:
         # it here would skip records. The next batch reads from there.
         target = {b: (positions[b] if b in restarted else target[b]) for b in positions}
         end_positions = self._apply_budget(positions, target, budget.for_state(state.processing_backlog))
-        if end_positions == start.positions and state.pending == start.backlog:
+        snapshot_unread = bool(start.snapshot and start.snapshot.pending)
+        if end_positions == start.positions and state.pending == start.backlog and not snapshot_unread:
             # Nothing to read and no backlog change: no batch. Events read meanwhile (foreign,
             # duplicate, malformed) are re-read from the checkpointed position next time.
             return start
@@ -226,6 +289,8 @@ class Enumerator:
             events_position=events_position,
             event_counts=state.counts,
             trace=trace,
+            # This batch reads every snapshot still pending (see partitions()).
+            snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,
         )
         if end.positions != start.positions:
             self._last_batch_at = self._clock()

@@ -13,7 +13,9 @@ Shape, version 1::
      "processing_backlog": true,                # == bool(backlog)
      "events_position": 17,                     # next control-topic offset to read
      "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
-     "trace": {"traceparent": "00-…-…-01", …}}  # the backlog phase's trace (enumerator/phase_trace.py), or null
+     "trace": {"traceparent": "00-…-…-01", …},  # the backlog phase's trace (enumerator/phase_trace.py), or null
+     "snapshot": {"root": "s3://…", "id": "…",   # snapshot.path: buckets whose snapshot is still to be read
+                  "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}}}  # or null
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
 each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
@@ -30,6 +32,38 @@ from backlog_source.errors import OffsetFormatError
 from enumerator.backlog import BacklogState, EventCounts
 from enumerator.phase_trace import PhaseTrace
 
+
+@dataclass(frozen=True)
+class SnapshotState:
+    """The snapshot a query started from: ``pending`` maps each bucket whose snapshot has not
+    been read yet to its files (relative to ``root``). A batch whose start has a bucket
+    pending and whose end does not reads that bucket's snapshot, so a replayed batch reads
+    the same files."""
+
+    root: str
+    snapshot_id: str
+    pending: dict[Bucket, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        nested: dict[str, dict[str, list[str]]] = {}
+        for bucket in sorted(self.pending):
+            nested.setdefault(bucket.topic, {})[str(bucket.partition)] = list(self.pending[bucket])
+        return {"root": self.root, "id": self.snapshot_id, "pending": nested}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "SnapshotState | None":
+        if data is None:
+            return None
+        try:
+            pending = {
+                Bucket(topic, int(partition)): tuple(str(f) for f in files)
+                for topic, partitions in data["pending"].items()
+                for partition, files in partitions.items()
+            }
+            return cls(str(data["root"]), str(data["id"]), pending)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise OffsetFormatError(f"offset field 'snapshot' is malformed: {exc!r}") from None
+
 VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 
@@ -44,6 +78,7 @@ class SourceOffset:
     events_position: int = 0
     event_counts: EventCounts = field(default_factory=EventCounts)
     trace: PhaseTrace | None = None
+    snapshot: SnapshotState | None = None
 
     @property
     def processing_backlog(self) -> bool:
@@ -65,6 +100,7 @@ class SourceOffset:
             "events_position": self.events_position,
             "event_counts": self.event_counts.to_json(),
             "trace": None if self.trace is None else self.trace.to_json(),
+            "snapshot": None if self.snapshot is None else self.snapshot.to_json(),
         }
 
     @classmethod
@@ -97,4 +133,5 @@ class SourceOffset:
             events_position=events_position,
             event_counts=EventCounts.from_json(data.get("event_counts")),
             trace=trace,
+            snapshot=SnapshotState.from_json(data.get("snapshot")),
         )

@@ -64,3 +64,31 @@ class KafkaSplit(InputPartition):
             return cls(**fields)
         except TypeError as exc:
             raise OffsetFormatError(f"malformed split: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SnapshotSplit(InputPartition):
+    """Read one bucket's snapshot: Parquet ``files`` (relative to ``root``, a path or a
+    ``pyarrow.fs`` URI) holding the latest record per key up to ``log_offset``.
+
+    ``boundary`` is the bucket's backlog boundary when the batch was planned, or None; when
+    it is <= ``log_offset`` the snapshot is the bucket's whole backlog, and the reader that
+    read it reports the bucket finished.
+    """
+
+    topic: str
+    partition: int
+    root: str
+    files: tuple[str, ...]
+    log_offset: int
+    boundary: int | None = None
+    source_id: str = ""
+    traceparent: str | None = None
+
+    @property
+    def bucket(self) -> Bucket:
+        return Bucket(self.topic, self.partition)
+
+    @property
+    def finishes_backlog(self) -> bool:
+        return self.boundary is not None and self.boundary <= self.log_offset

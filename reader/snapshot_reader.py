@@ -1,0 +1,69 @@
+"""The executor read path of a snapshot split: Parquet files -> Arrow record batches.
+
+Which process: a Python worker on an executor. Batches come straight from pyarrow (no
+per-row Python), conformed to the source's output schema.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from backlog_source.schema import arrow_schema
+from backlog_source.settings import SourceSettings
+from backlog_source.snapshot.manifest import SnapshotError
+from events import dedup
+from events.channel import publish
+from events.model import BacklogFinishEvent
+from reader.split import SnapshotSplit
+
+#: Rows per Arrow batch handed to Spark.
+BATCH_ROWS = 10_000
+
+
+def read_snapshot_split(
+    split: SnapshotSplit,
+    settings: SourceSettings,
+    *,
+    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] = publish,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the snapshot's rows; when the snapshot is the bucket's whole backlog, publish
+    its BacklogFinishEvent (once per worker) after the last row. Raises
+    :class:`SnapshotError` naming a missing file."""
+    fs, root = pafs.FileSystem.from_uri(split.root)
+    schema = arrow_schema(settings.include_headers)
+    for relative in split.files:
+        try:
+            source = fs.open_input_file(f"{root}/{relative}")
+        except FileNotFoundError:
+            raise SnapshotError(
+                f"snapshot file {relative} of {split.bucket} is missing under {split.root}; was the snapshot's "
+                "data directory deleted while a query still needed it?"
+            ) from None
+        with source:
+            for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS):
+                yield _conform(batch, schema)
+    if settings.backlog_enabled and split.finishes_backlog and split.boundary is not None:
+        if dedup.first_time(split.source_id, split.topic, split.partition, split.boundary):
+            event = BacklogFinishEvent(
+                source_id=split.source_id, topic=split.topic, partition=split.partition,
+                boundary_offset=split.boundary, reached_offset=split.log_offset,
+                emitted_at_ms=int(time.time() * 1000), traceparent=split.traceparent,
+            )
+            if not publish_event(settings, event):
+                dedup.forget(split.source_id, split.topic, split.partition, split.boundary)
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """The batch in the query's schema: headers added empty when the snapshot has none."""
+    columns = []
+    for field in schema:
+        if field.name in batch.schema.names:
+            columns.append(batch.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.array([[]] * batch.num_rows, field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
