@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -162,7 +163,34 @@ def _tracing(build: bool = True) -> "_Tracing | None":
             _state_pid = os.getpid()
             if isinstance(_state, _Tracing):
                 atexit.register(_state.provider.shutdown)
+                _flush_on_sigterm()
     return _state  # type: ignore[return-value]
+
+
+#: How long a SIGTERM waits for queued spans to be exported before the process ends.
+SIGTERM_FLUSH_MS = 5_000
+
+
+def _flush_on_sigterm() -> None:
+    """Export queued spans when the process is terminated, then terminate as before.
+
+    Spark stops the driver-side Python worker of a stream reader (the enumerator) by
+    destroying the process (SIGTERM), without calling the reader's ``stop()``; spans still in
+    the batch processor's queue, such as those of the phase that just ended, were lost (seen
+    in CI). Installed only in a main thread whose SIGTERM handling is the default, so it
+    never replaces a handler someone else installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum, frame) -> None:
+        flush(SIGTERM_FLUSH_MS)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _grpc_exporter_class():

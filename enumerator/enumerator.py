@@ -31,6 +31,9 @@ from events.channel import CONTROL_PARTITION, ControlMessages
 
 log = logging.getLogger(__name__)
 
+#: How long ``latestOffset`` may wait for the collector when a backlog phase ends.
+PHASE_END_FLUSH_MS = 2_000
+
 
 @dataclass(frozen=True)
 class ReadBudget:
@@ -282,6 +285,10 @@ class Enumerator:
         if state.pending != start.backlog:
             trace, finished_spans = advance(trace, start.source_id, state.pending, finishes, positions, self._now_ms())
             telemetry.export(finished_spans)
+            if any(span.name == span_names.PHASE for span in finished_spans):
+                # The phase's end triggers a mode switch, which stops this query and so ends
+                # this process within milliseconds: export now (bounded), not on a timer.
+                telemetry.flush(PHASE_END_FLUSH_MS)
         end = replace(
             start,
             positions=end_positions,

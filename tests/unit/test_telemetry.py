@@ -110,3 +110,28 @@ def test_an_unreachable_collector_costs_spans_not_the_caller(otel_env):
     otel_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     telemetry.export(records())  # does not raise
     telemetry.flush(timeout_ms=3_000)
+
+
+def test_sigterm_exports_queued_spans_before_the_process_ends(receiver, tmp_path):
+    # Spark ends the enumerator's worker with SIGTERM; spans still queued must get out first.
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "{receiver.endpoint}"
+        os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "60000"  # never on its own during this test
+        sys.path.insert(0, {str(tmp_path.parent)!r})
+        from backlog_source import telemetry
+        from backlog_source.trace_context import SpanContextIds, SpanRecord
+        telemetry.export([SpanRecord("backlog.phase", SpanContextIds(1, 2), None, 1, 2)])
+        print("queued", flush=True)
+        time.sleep(60)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "queued"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == -signal.SIGTERM  # still ends as terminated
+    assert [s["name"] for s in receiver.spans] == ["backlog.phase"]
