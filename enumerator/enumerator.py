@@ -190,14 +190,11 @@ class Enumerator:
                     "is it a snapshot of another cluster, or was the topic re-created?"
                 )
             if position < earliest[bucket]:
-                message = (
+                position = self._earliest_or_data_loss(
                     f"the snapshot continues {bucket} at offset {position}, but its earliest available offset is "
-                    f"{earliest[bucket]}: records {position}..{earliest[bucket] - 1} are gone"
+                    f"{earliest[bucket]}: records {position}..{earliest[bucket] - 1} are gone",
+                    "Take a newer snapshot, or set failOnDataLoss=false", earliest[bucket],
                 )
-                if self._settings.fail_on_data_loss:
-                    raise DataLossError(message + ". Take a newer snapshot, or set failOnDataLoss=false")
-                log.warning("%s; continuing at %d (failOnDataLoss=false)", message, earliest[bucket])
-                position = earliest[bucket]
             positions[bucket] = position
             pending[bucket] = entry.files
             if entry.rows > 0 and latest[bucket] <= position:
@@ -465,14 +462,11 @@ class Enumerator:
             elif offset == LATEST:
                 positions[bucket] = latest[bucket]
             elif offset < earliest[bucket]:
-                message = (
+                positions[bucket] = self._earliest_or_data_loss(
                     f"option 'startingOffsets' asks for offset {offset} of {bucket}, but its earliest "
-                    f"available offset is {earliest[bucket]}: records {offset}..{earliest[bucket] - 1} are gone"
+                    f"available offset is {earliest[bucket]}: records {offset}..{earliest[bucket] - 1} are gone",
+                    "Set failOnDataLoss=false to start at the earliest offset", earliest[bucket],
                 )
-                if self._settings.fail_on_data_loss:
-                    raise DataLossError(message + ". Set failOnDataLoss=false to start at the earliest offset")
-                log.warning("%s; starting at %d (failOnDataLoss=false)", message, earliest[bucket])
-                positions[bucket] = earliest[bucket]
             elif offset > latest[bucket]:
                 raise ConfigError(
                     f"option 'startingOffsets' asks for offset {offset} of {bucket}, beyond its log end "
@@ -481,6 +475,14 @@ class Enumerator:
             else:
                 positions[bucket] = offset
         return positions
+
+    def _earliest_or_data_loss(self, message: str, remedy: str, earliest: int) -> int:
+        """A start below the earliest available offset: raise :class:`DataLossError` under
+        ``failOnDataLoss``, else log it and return ``earliest``."""
+        if self._settings.fail_on_data_loss:
+            raise DataLossError(f"{message}. {remedy}")
+        log.warning("%s; starting at %d (failOnDataLoss=false)", message, earliest)
+        return earliest
 
     def _positions_for_timestamps(self, option: str, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int]:
         found = self._client.offsets_for_timestamps(timestamps)
