@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-unit test-integration demo bench bench-modes bench-tracing check-tools clean
+.PHONY: test test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -37,6 +37,9 @@ bench-modes: $(STAMP)
 
 bench-tracing: $(STAMP)
 	$(PY) benchmarks/tracing_cost.py
+
+bench-snapshot: $(STAMP)
+	$(PY) benchmarks/snapshot_bootstrap.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
