@@ -88,6 +88,9 @@ def start_broker() -> EmbeddedBroker:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Its own session: a Ctrl-C in the terminal reaches only the program that started
+        # it, which then stops it in order (readers first), instead of killing it first.
+        start_new_session=True,
     )
     broker = EmbeddedBroker(process, port)
     ready = threading.Event()

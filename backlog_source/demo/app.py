@@ -11,7 +11,9 @@ import bisect
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -34,14 +36,37 @@ class DemoFailed(Exception):
     """The demo could not finish; the message says why."""
 
 
+class StopRequested(Exception):
+    """Ctrl-C: stop everything in order."""
+
+
+class _CtrlC:
+    """The first Ctrl-C asks the demo to stop in order; a second one interrupts at once.
+
+    Installed after Spark started (PySpark's own handler cancels every job and raises, which
+    would fail the query mid-batch instead of stopping it)."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+
+
 def run(settings: DemoSettings, console: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 ok, 1 failed, 130 interrupted)."""
     console = console or Console()
     with ExitStack() as resources:
         try:
             summary = _run(settings, console, resources)
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted: stopping the query, the producer and the broker[/]")
+        except (KeyboardInterrupt, StopRequested):
+            console.print("[yellow]stopping: the producer, the query (at a batch boundary), Spark, the broker[/]")
             return 130
         except DemoFailed as exc:
             console.print(f"[red]demo failed:[/] {exc}")
@@ -67,6 +92,8 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
 
     spark = _spark(receiver.endpoint, console)
     resources.callback(spark.stop)
+    ctrl_c = _CtrlC()
+    ctrl_c.install()
     monitor = QueryMonitor()
     spark.streams.addListener(monitor)
     resources.callback(lambda: spark.streams.removeListener(monitor))
@@ -100,7 +127,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     resources.callback(producer.stop)
     console.print(f"query started in {initial_mode} mode; writing Parquet to {out / 'parquet'}")
 
-    _watch(settings, console, handle, monitor, producer, started_at, initial_mode)
+    _watch(settings, console, handle, monitor, producer, started_at, initial_mode, ctrl_c.requested)
     producer.stop()
     if producer.failed:
         raise DemoFailed(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
@@ -166,11 +193,19 @@ def _spark(otlp_endpoint: str, console: Console):
 
     from backlog_source import BacklogDataSource, telemetry
 
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster("local[2]").setAppName("backlog-source-demo").set("spark.ui.enabled", "false")
+            .set("spark.sql.shuffle.partitions", "2").set("spark.driver.memory", "2g"))
     with console.status("starting Spark"):
-        spark = (SparkSession.builder.master("local[2]").appName("backlog-source-demo")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.memory", "2g").getOrCreate())
+        if SparkContext._active_spark_context is None:
+            # The JVM (and the Python workers it starts) in its own session, so a Ctrl-C
+            # in the terminal does not kill tasks mid-batch; the demo stops the query.
+            gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            SparkContext(conf=conf, gateway=gateway)
+        spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # Traces go to the demo's own receiver: this process (the mode switch) and, through
     # SparkContext.environment, the driver's and executors' Python workers.
@@ -184,13 +219,16 @@ def _spark(otlp_endpoint: str, console: Console):
     return spark
 
 
-def _watch(settings, console, handle, monitor, producer, started_at, initial_mode) -> None:
-    """Show the live view until the job has run ``live_seconds`` in low-latency mode."""
+def _watch(settings, console, handle, monitor, producer, started_at, initial_mode, stop_requested) -> None:
+    """Show the live view until the job has run ``live_seconds`` in low-latency mode.
+    Raises :class:`StopRequested` after a Ctrl-C."""
     live_since = None
     deadline = started_at + settings.drain_timeout_seconds
     printed = 0
     with Live(console=console, refresh_per_second=4, transient=False) if settings.live_view else ExitStack() as live:
         while True:
+            if stop_requested.is_set():
+                raise StopRequested
             if handle.await_termination(timeout=0.25):  # raises the query's failure
                 raise DemoFailed("the query stopped unexpectedly")
             now = time.time()

@@ -52,3 +52,35 @@ def test_demo_drains_switches_and_writes_exactly_the_produced_records(tmp_path):
 
     spans = [json.loads(line) for line in (out / "spans.jsonl").read_text().splitlines()]
     assert {"backlog.phase", "backlog.bucket", "backlog.read", "backlog.mode_switch"} <= {s["name"] for s in spans}
+
+
+def test_ctrl_c_stops_everything_in_order(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group."""
+    import re
+    import signal
+    import socket
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKLOG_", "OTEL_"))}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "backlog_source.cli", "demo", "--backlog-records", "300000", "--partitions", "2",
+         "--backlog-max-offsets-per-trigger", "20000", "--no-live-view", "--output", str(tmp_path / "out")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    lines = []
+    for line in demo.stdout:  # wait until the query is running, mid-backlog
+        lines.append(line)
+        if line.startswith("batch 1:"):
+            break
+    port = int(re.search(r"embedded broker at 127\.0\.0\.1:(\d+)", "".join(lines)).group(1))
+    os.killpg(demo.pid, signal.SIGINT)
+    out, err = demo.communicate(timeout=120)
+    assert demo.returncode == 130, err[-3000:]
+    assert "stopping: the producer, the query" in out
+    assert "Traceback" not in err, err[-3000:]
+    time.sleep(2)
+    with socket.socket() as probe:  # the broker is gone
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    # The demo's Spark JVM (its own session, so SIGINT did not reach it) was stopped too.
+    leftover = subprocess.run(["pgrep", "-f", "spark.app.name=backlog-source-demo"], capture_output=True, text=True)
+    assert leftover.stdout == ""
