@@ -15,7 +15,7 @@ Which process runs what:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -75,6 +75,23 @@ class BacklogDataSource(DataSource):
         raise ConfigError(
             "format('backlog') is a streaming source: use spark.readStream, not spark.read"
         )
+
+
+def set_worker_environment(spark, env: Mapping[str, str | None]) -> None:
+    """Set (None: remove) variables for the Python workers of queries started from now on.
+
+    Which process: the user's driver program. Spark passes ``SparkContext.environment``
+    (filled from ``spark.executorEnv.*``) to the driver's and executors' Python workers, but
+    captures it when a data source is registered, so this registers the source again. Each
+    distinct environment gets its own pool of Python workers.
+    """
+    environment = spark.sparkContext.environment
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    spark.dataSource.register(BacklogDataSource)
 
 
 class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

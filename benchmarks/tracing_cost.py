@@ -32,22 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backlog_source.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.datasource import set_worker_environment  # noqa: E402
 from backlog_source.otlp_receiver import OtlpReceiver  # noqa: E402
 from read_throughput import run_source  # noqa: E402  (same directory)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def set_worker_env(spark, env: dict[str, str | None]) -> None:
-    """Environment of the Python workers Spark starts from now on (captured at registration)."""
-    from backlog_source import BacklogDataSource
-
-    for name, value in env.items():
-        if value is None:
-            spark.sparkContext.environment.pop(name, None)
-        else:
-            spark.sparkContext.environment[name] = value
-    spark.dataSource.register(BacklogDataSource)
 
 
 def drain(spark, bootstrap: str, topic: str, expected: int, per_trigger: int) -> dict:
@@ -87,11 +76,11 @@ def main() -> None:
         # Warm-up, not recorded: each setting gets its own pool of Python workers (Spark keys
         # workers by their environment), and the first run of each pays their start-up.
         for env in (on_env, dict.fromkeys(on_env)):
-            set_worker_env(spark, env)
+            set_worker_environment(spark, env)
             drain(spark, broker.bootstrap_servers, topic, total, per_trigger)
         for _ in range(args.repeats):
             for setting in ("off", "on"):
-                set_worker_env(spark, on_env if setting == "on" else dict.fromkeys(on_env))
+                set_worker_environment(spark, on_env if setting == "on" else dict.fromkeys(on_env))
                 spans_before = len(receiver.spans)
                 result = drain(spark, broker.bootstrap_servers, topic, total, per_trigger)
                 time.sleep(0.5)  # let the driver's batch processor deliver before counting

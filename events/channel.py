@@ -1,6 +1,7 @@
 """The control topic (option ``backlog.eventsTopic``): one partition, events keyed by source id.
 
-* :func:`publish` runs on executors: a short-lived producer, flushed before it returns.
+* :func:`publish` runs on executors: a short-lived producer, flushed before it returns;
+  :func:`publish_once` is what readers call (at most once per worker and boundary).
 * :class:`ControlTopicReader` runs in the driver's planner worker: it reads what is new
   since a position, up to the log end it saw when asked, and never waits for more.
 
@@ -11,14 +12,33 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backlog_source.settings import SourceSettings, redact
+from events import dedup
 from events.model import BacklogFinishEvent
 
 log = logging.getLogger(__name__)
 
 CONTROL_PARTITION = 0
+
+
+def publish_once(
+    settings: SourceSettings,
+    event: BacklogFinishEvent,
+    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] | None = None,
+) -> None:
+    """Publish ``event`` unless this worker already did for its source, bucket and boundary
+    (:mod:`events.dedup`); after a failed publish a later attempt may publish again.
+
+    Which process: a reader's Python worker. ``publish_event`` defaults to :func:`publish`.
+    """
+    key = (event.source_id, event.topic, event.partition, event.boundary_offset)
+    if not dedup.first_time(*key):
+        return
+    if not (publish_event or publish)(settings, event):
+        dedup.forget(*key)
 
 
 def publish(settings: SourceSettings, event: BacklogFinishEvent) -> bool:

@@ -23,8 +23,7 @@ from backlog_source import span_names, telemetry
 from backlog_source.errors import DataLossError, KafkaUnavailableError
 from backlog_source.settings import SourceSettings, redact
 from backlog_source.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
-from events import dedup
-from events.channel import publish
+from events.channel import publish, publish_once
 from events.model import BacklogFinishEvent
 from reader.arrow import to_record_batch
 from reader.split import KafkaSplit
@@ -136,8 +135,6 @@ def read_split(
 def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, publish_event, span) -> None:
     if split.boundary is None:
         return
-    if not dedup.first_time(split.source_id, split.topic, split.partition, split.boundary):
-        return
     event = BacklogFinishEvent(
         source_id=split.source_id,
         topic=split.topic,
@@ -147,8 +144,7 @@ def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, p
         emitted_at_ms=int(time.time() * 1000),
         traceparent=span.ids.traceparent if span is not None else split.traceparent,
     )
-    if not publish_event(settings, event):
-        dedup.forget(split.source_id, split.topic, split.partition, split.boundary)
+    publish_once(settings, event, publish_event)
 
 
 class _ReadSpan:

@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 from backlog_source.schema import arrow_schema
 from backlog_source.settings import SourceSettings
 from backlog_source.snapshot.manifest import SnapshotError
-from events import dedup
-from events.channel import publish
+from events.channel import publish, publish_once
 from events.model import BacklogFinishEvent
 from reader.split import SnapshotSplit
 
@@ -48,14 +47,12 @@ def read_snapshot_split(
             for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS):
                 yield _conform(batch, schema)
     if settings.backlog_enabled and split.finishes_backlog and split.boundary is not None:
-        if dedup.first_time(split.source_id, split.topic, split.partition, split.boundary):
-            event = BacklogFinishEvent(
-                source_id=split.source_id, topic=split.topic, partition=split.partition,
-                boundary_offset=split.boundary, reached_offset=split.log_offset,
-                emitted_at_ms=int(time.time() * 1000), traceparent=split.traceparent,
-            )
-            if not publish_event(settings, event):
-                dedup.forget(split.source_id, split.topic, split.partition, split.boundary)
+        event = BacklogFinishEvent(
+            source_id=split.source_id, topic=split.topic, partition=split.partition,
+            boundary_offset=split.boundary, reached_offset=split.log_offset,
+            emitted_at_ms=int(time.time() * 1000), traceparent=split.traceparent,
+        )
+        publish_once(settings, event, publish_event)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -191,7 +191,8 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
 def _spark(otlp_endpoint: str, console: Console):
     from pyspark.sql import SparkSession
 
-    from backlog_source import BacklogDataSource, telemetry
+    from backlog_source import telemetry
+    from backlog_source.datasource import set_worker_environment
 
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -213,9 +214,8 @@ def _spark(otlp_endpoint: str, console: Console):
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "backlog-source-demo",
                "OTEL_BSP_SCHEDULE_DELAY": "500"}
     os.environ.update(tracing)
-    spark.sparkContext.environment.update(tracing)
     telemetry.reset()
-    spark.dataSource.register(BacklogDataSource)
+    set_worker_environment(spark, tracing)
     return spark
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from backlog_source.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
 
@@ -78,3 +80,16 @@ def start_memory(df, tmp_path, table: str, trigger: str = "200 milliseconds"):
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
+
+
+def committed_parquet_files(path: Path) -> list[str]:
+    """Files a Parquet sink committed, read from its log (``N`` and ``N.compact`` entries;
+    a set removes the repeats), independently of Spark."""
+    files = set()
+    for entry in (Path(path) / "_spark_metadata").iterdir():
+        if entry.name.split(".")[0].isdigit() and not entry.name.endswith(".crc"):
+            for line in entry.read_text().splitlines()[1:]:  # the first line is the log version
+                record = json.loads(line)
+                assert record["action"] == "add"
+                files.add(record["path"].removeprefix("file://"))
+    return sorted(files)

@@ -10,6 +10,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
+from tests.integration.helpers import committed_parquet_files
+
 pytestmark = pytest.mark.integration
 
 
@@ -34,15 +36,7 @@ def test_demo_drains_switches_and_writes_exactly_the_produced_records(tmp_path):
 
     # The Parquet output, read independently of Spark through the sink's commit log, holds
     # exactly the produced records: 6,000 seeded + 3 seals + the live ones, once each.
-    # Batch files ("7") and compactions ("9.compact") list added files; a set removes the repeats.
-    committed = set()
-    for entry in (out / "parquet" / "_spark_metadata").iterdir():
-        if entry.name.split(".")[0].isdigit() and not entry.name.endswith(".crc"):
-            for line in entry.read_text().splitlines()[1:]:  # the first line is the log version
-                record = json.loads(line)
-                assert record["action"] == "add"
-                committed.add(record["path"].removeprefix("file://"))
-    table = pq.ParquetDataset(sorted(committed)).read(columns=["partition", "offset", "key"])
+    table = pq.ParquetDataset(committed_parquet_files(out / "parquet")).read(columns=["partition", "offset", "key"])
     pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
     assert len(pairs) == len(set(pairs)) == summary["records_read_range"] == summary["records_produced"]
     keys = table.column("key").to_pylist()

@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from backlog_source import BacklogDataSource, start_backlog_aware, telemetry
+from backlog_source import start_backlog_aware, telemetry
+from backlog_source.datasource import set_worker_environment
 from backlog_source.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import fill, make_topic, reader, wait_for
 
@@ -17,21 +18,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 #: Where an OpenTelemetry SDK exports over OTLP/HTTP when no endpoint is configured.
 DEFAULT_OTLP_PORT = 4318
-
-
-def spark_processes_get(spark, env: dict[str, str | None]) -> None:
-    """Set (or, with None, remove) variables for the Python workers Spark starts from now on.
-
-    Spark passes ``SparkContext.environment`` (``spark.executorEnv.*``) to the driver's and
-    executors' Python workers; it is captured when a data source is registered, so register
-    again."""
-    environment = spark.sparkContext.environment
-    for name, value in env.items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
-    spark.dataSource.register(BacklogDataSource)
 
 
 def run_backlog_aware(spark, broker, topic, tmp_path, name, before_stop=lambda: None):
@@ -59,7 +45,7 @@ def test_one_backlog_phase_is_one_trace_across_driver_executors_and_listener(
     otel_env.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
     workers = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "traced-job",
                "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    spark_processes_get(spark, workers)
+    set_worker_environment(spark, workers)
     try:
         # The switch span ends at the new run's first batch, seen on the listener bus a little
         # after lastProgress shows it: stop only once it has been exported.
@@ -69,7 +55,7 @@ def test_one_backlog_phase_is_one_trace_across_driver_executors_and_listener(
                 lambda spans: any(s["name"] == "backlog.mode_switch" for s in spans), timeout=30),
         )
     finally:
-        spark_processes_get(spark, dict.fromkeys(workers))
+        set_worker_environment(spark, dict.fromkeys(workers))
 
     def complete(spans):
         names = Counter(s["name"] for s in spans)

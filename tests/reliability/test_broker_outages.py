@@ -11,8 +11,7 @@ import pytest
 
 from backlog_source import start_backlog_aware
 from backlog_source.demo.traffic import LiveProducer
-from tests.integration.helpers import log_end_offsets, make_topic, reader, wait_for
-from tests.reliability.test_crashes import committed_parquet_files
+from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, reader, wait_for
 
 pytestmark = pytest.mark.integration
 

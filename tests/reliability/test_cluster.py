@@ -16,8 +16,8 @@ import pyspark
 import pytest
 
 from backlog_source.otlp_receiver import OtlpReceiver
-from tests.integration.helpers import log_end_offsets, make_topic, wait_for
-from tests.reliability.test_crashes import JOB, committed_parquet_files, job_log
+from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, wait_for
+from tests.reliability.test_crashes import JOB, job_log
 
 pytestmark = pytest.mark.integration
 

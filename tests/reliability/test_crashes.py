@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from backlog_source.demo.traffic import LiveProducer
-from tests.integration.helpers import log_end_offsets, make_topic
+from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +32,6 @@ def run_job(broker, topic: str, out: Path, point: str) -> subprocess.CompletedPr
 
 def job_log(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "job.log").read_text().splitlines()]
-
-
-def committed_parquet_files(path: Path) -> list[str]:
-    """Files the Parquet sink committed, from its log (``N`` and ``N.compact`` entries)."""
-    files = set()
-    for entry in (path / "_spark_metadata").iterdir():
-        if entry.name.split(".")[0].isdigit() and not entry.name.endswith(".crc"):
-            for line in entry.read_text().splitlines()[1:]:
-                files.add(json.loads(line)["path"].removeprefix("file://"))
-    return sorted(files)
 
 
 def checkpointed_offsets(checkpoint: Path) -> list[dict]:
