@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot check-tools clean
+.PHONY: test test-wheel test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: $(STAMP)
+# The wheel as users install it (not editable, fresh environment, outside the tree) first,
+# then every test; the standalone-cluster test runs on that same installed wheel.
+test: test-wheel
 	$(PY) -m pytest tests
+
+test-wheel: $(STAMP)
+	$(PY) -m tests.wheel.wheel_env
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
@@ -42,4 +47,4 @@ bench-snapshot: $(STAMP)
 	$(PY) benchmarks/snapshot_bootstrap.py
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) .venv-wheel demo-output .pytest_cache

@@ -6,47 +6,47 @@ Register the source, then use it exactly like Spark's ``format("kafka")``::
     spark.dataSource.register(BacklogDataSource)
     df = spark.readStream.format("backlog").option("subscribe", "orders")...load()
 
-Public names are imported on first use (PEP 562): the ``reader`` and ``enumerator``
-packages import ``backlog_source.settings`` and ``backlog_source.errors``, and an eager
-import of the data source here would make those imports circular.
+This package is the top layer (the Spark-facing surface, the mode switch, the command line,
+the demo and the snapshot command); ``enumerator``, ``reader``, ``events`` and
+``backlog_core`` are below it and never import it.
 """
 
-from __future__ import annotations
+from backlog_core import __version__
+from backlog_core.errors import (
+    BacklogSourceError,
+    ConfigError,
+    ControlTopicError,
+    DataLossError,
+    KafkaUnavailableError,
+    MalformedRecordError,
+    ModeSwitchError,
+    OffsetFormatError,
+    SnapshotError,
+)
+from backlog_core.settings import SourceSettings, parse_options
+from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
+from backlog_source.metrics import lag_metrics
+from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, Transition, start_backlog_aware
 
-import importlib
-from typing import Any
-
-#: The package version; also the instrumentation scope version of exported spans.
-__version__ = "0.1.0"
-
-_EXPORTS = {
-    "BacklogDataSource": "backlog_source.datasource",
-    "BacklogStreamReader": "backlog_source.datasource",
-    "BacklogSourceError": "backlog_source.errors",
-    "ConfigError": "backlog_source.errors",
-    "ControlTopicError": "backlog_source.errors",
-    "DataLossError": "backlog_source.errors",
-    "KafkaUnavailableError": "backlog_source.errors",
-    "OffsetFormatError": "backlog_source.errors",
-    "SourceSettings": "backlog_source.settings",
-    "parse_options": "backlog_source.settings",
-    "lag_metrics": "backlog_source.metrics",
-    "start_backlog_aware": "backlog_source.mode_switch",
-    "BacklogAwareQuery": "backlog_source.mode_switch",
-    "BacklogModeListener": "backlog_source.mode_switch",
-    "Mode": "backlog_source.mode_switch",
-    "Transition": "backlog_source.mode_switch",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'backlog_source' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__ = [
+    "BacklogAwareQuery",
+    "BacklogDataSource",
+    "BacklogModeListener",
+    "BacklogSourceError",
+    "BacklogStreamReader",
+    "ConfigError",
+    "ControlTopicError",
+    "DataLossError",
+    "KafkaUnavailableError",
+    "MalformedRecordError",
+    "Mode",
+    "ModeSwitchError",
+    "OffsetFormatError",
+    "SnapshotError",
+    "SourceSettings",
+    "Transition",
+    "__version__",
+    "lag_metrics",
+    "parse_options",
+    "start_backlog_aware",
+]

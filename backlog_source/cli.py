@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pydantic import ValidationError
+
+from backlog_core.errors import BacklogSourceError
+from backlog_source.demo.settings import add_arguments, from_arguments
+from backlog_source.snapshot import take_snapshot
+
 
 def _parser() -> argparse.ArgumentParser:
-    from backlog_source.demo.settings import add_arguments
-
     parser = argparse.ArgumentParser(prog="backlog-source", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
@@ -42,16 +46,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        from pydantic import ValidationError
-
         try:
+            # The demo's terminal view and pictures come with the optional 'demo' extra.
             from backlog_source.demo.app import run
         except ImportError as exc:
             print(f"backlog-source demo needs the demo extra ({exc.name} is missing): "
                   "pip install 'backlog-source[demo]'", file=sys.stderr)
             return 2
-        from backlog_source.demo.settings import from_arguments
-
         try:
             settings = from_arguments(args)
         except (ValidationError, ValueError) as exc:
@@ -64,9 +65,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    from backlog_source.errors import BacklogSourceError
-    from backlog_source.snapshot import take_snapshot
-
     options = {"kafka.bootstrap.servers": args.bootstrap_servers}
     for item in args.option:
         key, sep, value = item.partition("=")

@@ -28,18 +28,18 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from backlog_source import telemetry
-from backlog_source.buckets import to_nested
-from backlog_source.errors import ConfigError
-from backlog_source.schema import kafka_schema
-from backlog_source.settings import SourceSettings, parse_options
+from backlog_core import telemetry
+from backlog_core.buckets import to_nested
+from backlog_core.errors import ConfigError
+from backlog_core.offset import SourceOffset, bucket_traceparent
+from backlog_core.schema import kafka_schema
+from backlog_core.settings import ReaderConfig, SourceSettings, parse_options
+from enumerator.control import ControlTopic
 from enumerator.enumerator import Enumerator, ReadBudget
-from enumerator.kafka_admin import KafkaOffsetsClient
-from enumerator.offsets import SourceOffset
-from enumerator.phase_trace import bucket_traceparent
+from enumerator.kafka_offsets import KafkaOffsetsClient
 from enumerator.planner import plan_ranges
-from events.channel import ControlTopicReader
 from reader.kafka_reader import read_split
+from reader.snapshot_reader import read_snapshot_split
 from reader.split import KafkaSplit, SnapshotSplit
 
 
@@ -52,8 +52,19 @@ class BacklogDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        self.settings = parse_options(options)
-        telemetry.validate_environment()  # a bad OTEL_* setting fails load(), not a batch
+        self._settings: SourceSettings | None = parse_options(options)  # a bad option fails load()
+        telemetry.validate_environment()  # so does a bad OTEL_* setting
+
+    def __getstate__(self) -> dict:
+        # Spark pickles the data source into every task (for name()); the parsed settings
+        # stay behind and are parsed again where they are needed (the planner worker).
+        return {**self.__dict__, "_settings": None}
+
+    @property
+    def settings(self) -> SourceSettings:
+        if self._settings is None:
+            self._settings = parse_options(self.options)
+        return self._settings
 
     @classmethod
     def name(cls) -> str:
@@ -99,19 +110,28 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     on the driver and to :func:`~reader.kafka_reader.read_split` on executors."""
 
     def __init__(self, settings: SourceSettings) -> None:
-        self.settings = settings
+        self.settings: SourceSettings | None = settings
+        self.reader_config: ReaderConfig = settings.reader_config
         self._enumerator: Enumerator | None = None
 
     def __getstate__(self) -> dict:
-        # Spark pickles this object for executors: settings only, never a Kafka client.
-        return {"settings": self.settings, "_enumerator": None}
+        # Spark pickles this object into every task: executors get the narrow reader
+        # configuration only, never the planner's settings or a Kafka client.
+        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None}
 
     @property
     def enumerator(self) -> Enumerator:
         if self._enumerator is None:
-            control = ControlTopicReader(self.settings) if self.settings.backlog_enabled else None
-            self._enumerator = Enumerator(self.settings, KafkaOffsetsClient(self.settings), control)
+            settings = self._driver_settings()
+            client = KafkaOffsetsClient.from_settings(settings)
+            control = ControlTopic(settings, client) if settings.backlog_enabled else None
+            self._enumerator = Enumerator(settings, client, control)
         return self._enumerator
+
+    def _driver_settings(self) -> SourceSettings:
+        if self.settings is None:
+            raise RuntimeError("the planner's settings are not shipped to executors")
+        return self.settings
 
     # -- driver --------------------------------------------------------------------------
 
@@ -122,7 +142,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark's Python API has no composite limit, and the limit must follow the backlog
         # state, which changes while the query runs. So the default limit is a marker that
         # means "the source's own options decide" (see _budget).
-        settings = self.settings
+        settings = self._driver_settings()
         caps = [c for c in (settings.max_offsets_per_trigger, settings.backlog_max_offsets_per_trigger) if c]
         if caps:
             return ReadMaxRows(max(caps))
@@ -145,7 +165,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         too. Any other limit Spark passes (ReadAllAvailable for ``Trigger.Once``, say) is
         honoured as given.
         """
-        settings = self.settings
+        settings = self._driver_settings()
         if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
             return ReadBudget(
                 max_records=settings.max_offsets_per_trigger,
@@ -168,16 +188,20 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """Pure function of ``start`` and ``end``: a replayed batch gets the same splits.
 
-        Source id, boundaries and trace come from ``end``, which Spark always takes from its
-        offset log; the start of a query's first batch comes from a fresh ``initialOffset``
-        call instead. A bucket finished by the time ``end`` was planned carries no boundary.
+        Source id, boundaries, trace and the starts of new or reset buckets come from
+        ``end``, which Spark always takes from its offset log; the start of a query's first
+        batch comes from a fresh ``initialOffset`` call instead. A bucket carries its
+        boundary while it is pending or this batch reaches it (``finishing``).
         """
         first, last = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        settings = self._driver_settings()
+        read_from = {b: o for b in last.positions if (o := last.read_start(first, b)) is not None}
+        boundaries = last.boundaries
         ranges = plan_ranges(
-            first.positions,
+            read_from,
             last.positions,
-            min_partitions=self.settings.min_partitions,
-            max_records_per_partition=self.settings.max_records_per_partition,
+            min_partitions=settings.min_partitions,
+            max_records_per_partition=settings.max_records_per_partition,
         )
         splits: list[InputPartition] = [
             KafkaSplit(
@@ -185,7 +209,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 partition=r.bucket.partition,
                 start=r.start,
                 end=r.end,
-                boundary=last.backlog.get(r.bucket),
+                boundary=boundaries.get(r.bucket),
                 source_id=last.source_id,
                 traceparent=bucket_traceparent(last.trace, r.bucket),
             )
@@ -199,7 +223,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if bucket not in read_after:
                     splits.append(SnapshotSplit(
                         topic=bucket.topic, partition=bucket.partition, root=first.snapshot.root, files=files,
-                        log_offset=first.positions[bucket], boundary=last.backlog.get(bucket),
+                        log_offset=first.positions[bucket], boundary=boundaries.get(bucket),
                         source_id=last.source_id, traceparent=bucket_traceparent(last.trace, bucket),
                     ))
         return splits
@@ -216,9 +240,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, SnapshotSplit):
-            from reader.snapshot_reader import read_snapshot_split
-
-            return read_snapshot_split(partition, self.settings)
+            return read_snapshot_split(partition, self.reader_config)
         if not isinstance(partition, KafkaSplit):
             raise TypeError(f"expected a KafkaSplit or SnapshotSplit, got {type(partition).__name__}")
-        return read_split(partition, self.settings)
+        return read_split(partition, self.reader_config)

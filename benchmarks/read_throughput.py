@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backlog_source.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -39,15 +39,17 @@ def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool,
     """Consume [0, end) of the given partitions; report (records, seconds).
 
     ``tuned`` gives the bare loop the same librdkafka defaults the source's reader uses
-    (``reader.kafka_reader.READER_DEFAULTS``), so a ratio never credits the source with what
+    (``KafkaClientConfig.librdkafka(ClientRole.READER)``), so a ratio never credits the source with what
     is only a setting.
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from reader.kafka_reader import READER_DEFAULTS
+    from backlog_core.kafka_config import ClientRole, KafkaClientConfig
 
     config = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, "enable.partition.eof": True}
-    consumer = Consumer({**(READER_DEFAULTS if tuned else {}), **config})
+    if tuned:  # exactly the librdkafka configuration the source's reader uses
+        config = KafkaClientConfig(bootstrap_servers=bootstrap).librdkafka(ClientRole.READER)
+    consumer = Consumer(config)
     started = time.perf_counter()
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     remaining = set(ends)

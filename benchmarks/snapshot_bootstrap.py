@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backlog_source.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8

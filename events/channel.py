@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backlog_source.settings import SourceSettings, redact
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from backlog_core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_core.settings import ReaderConfig
 from events import dedup
-from events.model import BacklogFinishEvent
+from events.finish_event import BacklogFinishEvent
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +28,9 @@ CONTROL_PARTITION = 0
 
 
 def publish_once(
-    settings: SourceSettings,
+    config: ReaderConfig,
     event: BacklogFinishEvent,
-    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] | None = None,
+    publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] | None = None,
 ) -> None:
     """Publish ``event`` unless this worker already did for its source, bucket and boundary
     (:mod:`events.dedup`); after a failed publish a later attempt may publish again.
@@ -37,41 +40,35 @@ def publish_once(
     key = (event.source_id, event.topic, event.partition, event.boundary_offset)
     if not dedup.first_time(*key):
         return
-    if not (publish_event or publish)(settings, event):
+    if not (publish_event or publish)(config, event):
         dedup.forget(*key)
 
 
-def publish(settings: SourceSettings, event: BacklogFinishEvent) -> bool:
+def publish(config: ReaderConfig, event: BacklogFinishEvent) -> bool:
     """Publish ``event`` and wait for the broker's acknowledgement.
 
     Returns False (and logs why) instead of raising: a lost event never fails a read, since
     the enumerator also finishes a bucket once its committed position passed the boundary.
     """
-    from confluent_kafka import Producer
-
-    config = {
-        **settings.kafka_config("events"),
-        # One record per request: the event must be visible as soon as the task ends.
-        "linger.ms": 0,
-        "acks": "all",
-        "message.timeout.ms": min(settings.poll_timeout_ms, 30_000),
-    }
+    if config.events_topic is None:
+        return False
+    timeout_ms = min(config.poll_timeout_ms, 30_000)
     delivered: list[object] = []
     try:
-        producer = Producer(config)
+        producer = Producer(config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms}))
         producer.produce(
-            settings.backlog_events_topic,
+            config.events_topic,
             key=event.source_id.encode(),
             value=event.encode(),
             partition=CONTROL_PARTITION,
             on_delivery=lambda err, _msg: delivered.append(err),
         )
-        producer.flush(config["message.timeout.ms"] / 1000 + 5)
+        producer.flush(timeout_ms / 1000 + 5)
     except Exception as exc:  # BufferError, KafkaException: never fail the read for this
-        log.warning("could not publish %s: %s", _describe(event), redact(str(exc), settings))
+        log.warning("could not publish %s: %s", _describe(event), config.kafka.redact(str(exc)))
         return False
     if not delivered or delivered[0] is not None:
-        reason = redact(str(delivered[0]), settings) if delivered else "no acknowledgement in time"
+        reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
         log.warning("could not publish %s: %s", _describe(event), reason)
         return False
     return True
@@ -93,64 +90,74 @@ class ControlMessages:
 class ControlTopicReader:
     """Reads the control topic from a given position to its current end.
 
-    Which process: the driver's planner worker. The consumer is created on first use and is
-    not picklable; :meth:`close` releases it.
+    Which process: the driver's planner worker. The consumer is created on first use, kept
+    across reads (one connection per run) and paused between them: a consumer left fetching
+    a topic that is then deleted crashed its whole process (SIGSEGV in librdkafka 2.16.1
+    against the embedded broker), a paused one did not. Not picklable; :meth:`close`
+    releases it, :meth:`reset` drops it so the next read starts afresh.
     """
 
-    def __init__(self, settings: SourceSettings) -> None:
-        self._settings = settings
-        self._consumer = None
-        self._position: int | None = None
+    def __init__(self, kafka: KafkaClientConfig, topic: str, timeout_ms: int) -> None:
+        self._kafka = kafka
+        self._topic = topic
+        self._timeout_ms = timeout_ms
+        self._consumer: Consumer | None = None
+        self._position: int | None = None  # where the paused assignment stands
 
     def __getstate__(self) -> dict:
-        return {"_settings": self._settings, "_consumer": None, "_position": None}
+        return {**self.__dict__, "_consumer": None, "_position": None}
 
     def read_from(self, position: int) -> ControlMessages:
         """Every message at offsets ``[position, log end)``; the log end is asked once, so
-        this returns even while other sources keep writing. Gives up quietly (returning what
-        it has) after ``kafkaConsumer.pollTimeoutMs``; the next call continues."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-        topic = self._settings.backlog_events_topic
+        this returns even while other sources keep writing. A position beyond the log end
+        (the topic was re-created) reads from its earliest offset. Gives up quietly
+        (returning what it has) after the timeout; the next call continues."""
+        topic = self._topic
         partition = TopicPartition(topic, CONTROL_PARTITION)
-        timeout_s = self._settings.poll_timeout_ms / 1000
+        timeout_s = self._timeout_ms / 1000
         if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    **self._settings.kafka_config("events"),
-                    "group.id": self._settings.consumer_group_id(),
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": True,
-                    # A control topic trimmed by retention: start at what is left.
-                    "auto.offset.reset": "earliest",
-                }
-            )
+            self._consumer = Consumer(self._kafka.librdkafka(ClientRole.CONTROL_READER))
         try:
             low, high = self._consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
         except Exception as exc:
-            log.warning("could not read the control topic %r: %s", topic, redact(str(exc), self._settings))
+            log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
             return ControlMessages([], position)
+        if position > high:
+            log.warning("control topic %r ends at %d, before the position %d this query read to: it was re-created; "
+                        "reading it from its earliest offset %d", topic, high, position, low)
+            position = low
         position = max(position, low)
         if position >= high:
             return ControlMessages([], position)
-        if self._position != position:
-            self._consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
+        consumer = self._consumer
+        if self._position == position:
+            consumer.resume([partition])
+        else:
+            consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
         values: list[bytes | None] = []
         deadline = time.monotonic() + timeout_s
-        while position < high and time.monotonic() < deadline:
-            for message in self._consumer.consume(1000, 0.2):
-                error = message.error()
-                if error is None:
-                    if message.offset() >= position:
-                        values.append(message.value())
-                        position = message.offset() + 1
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    position = max(position, message.offset())
-                else:
-                    log.warning("reading the control topic %r: %s", topic, redact(error.str(), self._settings))
-        self._position = position
+        try:
+            while position < high and time.monotonic() < deadline:
+                for message in consumer.consume(1000, 0.2):
+                    error = message.error()
+                    if error is None:
+                        if message.offset() >= position:
+                            values.append(message.value())
+                            position = message.offset() + 1
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, message.offset())
+                    else:
+                        log.warning("reading the control topic %r: %s", topic, self._kafka.redact(error.str()))
+        finally:
+            consumer.pause([partition])
+            # Messages fetched past ``position`` before the pause are still queued; the
+            # next read resumes only from exactly here, else it re-assigns.
+            self._position = position if position >= high else None
         return ControlMessages(values, position)
+
+    def reset(self) -> None:
+        """Forget the consumer (the topic changed); the next read creates a new one."""
+        self.close()
 
     def close(self) -> None:
         if self._consumer is not None:

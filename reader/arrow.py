@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
-from backlog_source.schema import arrow_schema
+from backlog_core.schema import arrow_schema
 
 # librdkafka timestamp types -> Kafka's TimestampType ids that Spark reports:
 # NOT_AVAILABLE 0 -> -1, CREATE_TIME 1 -> 0, LOG_APPEND_TIME 2 -> 1. That is "minus one".

@@ -19,12 +19,15 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from backlog_source import span_names, telemetry
-from backlog_source.errors import DataLossError, KafkaUnavailableError
-from backlog_source.settings import SourceSettings, redact
-from backlog_source.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from backlog_core import span_names, telemetry
+from backlog_core.errors import DataLossError, KafkaUnavailableError
+from backlog_core.kafka_config import ClientRole
+from backlog_core.settings import ReaderConfig
+from backlog_core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
 from events.channel import publish, publish_once
-from events.model import BacklogFinishEvent
+from events.finish_event import BacklogFinishEvent
 from reader.arrow import to_record_batch
 from reader.split import KafkaSplit
 
@@ -37,11 +40,6 @@ _CONSUME_WAIT_S = 1.0
 #: While the position does not move, ask this often whether the partition still exists
 #: (librdkafka does not always report a deleted topic as an error).
 _EXISTENCE_CHECK_S = 3.0
-
-#: Defaults a user may override with ``kafka.*`` options. A deep prefetch queue made both a
-#: bare consumer loop and this reader about 5x faster (benchmarks/read_throughput.py);
-#: memory stays bounded by librdkafka's ``queued.max.messages.kbytes`` (64 MiB by default).
-READER_DEFAULTS: dict[str, object] = {"queued.min.messages": 1_000_000}
 
 
 @contextmanager
@@ -62,27 +60,13 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def reader_config(settings: SourceSettings) -> dict[str, object]:
-    """librdkafka settings of the split consumer: never joins a group, never commits,
-    stops at out-of-range offsets instead of silently resetting, reports end of partition."""
-    return {
-        **READER_DEFAULTS,
-        **settings.kafka_config("reader"),
-        "group.id": settings.consumer_group_id(),
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-    }
-
-
 def read_split(
     split: KafkaSplit,
-    settings: SourceSettings,
+    config: ReaderConfig,
     *,
     consumer_factory: Callable[[dict], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
-    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] = publish,
+    publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``split`` as record batches, in offset order, each exactly once.
 
@@ -102,17 +86,15 @@ def read_split(
     """
     if split.end <= split.start:
         return
-    from confluent_kafka import Consumer
-
-    span = _ReadSpan.begin(split, settings)
-    consumer = (consumer_factory or Consumer)(reader_config(settings))
+    span = _ReadSpan.begin(split, config)
+    consumer = (consumer_factory or Consumer)(config.kafka.librdkafka(ClientRole.READER))
     try:
         with _gc_paused():
-            for batch, position in _consume_range(consumer, split, settings, clock):
-                if split.crosses_boundary and position >= split.boundary and settings.backlog_enabled:
+            for batch, position in _consume_range(consumer, split, config, clock):
+                if split.crosses_boundary and position >= split.boundary and config.events_topic is not None:
                     if span is not None:
                         span.boundary_reached(position)
-                    _report_finish(split, settings, position, publish_event, span)
+                    _report_finish(split, config, position, publish_event, span)
                 if position >= split.end and span is not None:
                     # Export the span before handing over the last batch: once Spark has
                     # it, the task may end and the worker may be reused or killed.
@@ -132,7 +114,7 @@ def read_split(
         consumer.close()
 
 
-def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, publish_event, span) -> None:
+def _report_finish(split: KafkaSplit, config: ReaderConfig, position: int, publish_event, span) -> None:
     if split.boundary is None:
         return
     event = BacklogFinishEvent(
@@ -144,7 +126,7 @@ def _report_finish(split: KafkaSplit, settings: SourceSettings, position: int, p
         emitted_at_ms=int(time.time() * 1000),
         traceparent=span.ids.traceparent if span is not None else split.traceparent,
     )
-    publish_once(settings, event, publish_event)
+    publish_once(config, event, publish_event)
 
 
 class _ReadSpan:
@@ -159,8 +141,8 @@ class _ReadSpan:
         self.events: list[SpanEventRecord] = []
 
     @classmethod
-    def begin(cls, split: KafkaSplit, settings: SourceSettings) -> "_ReadSpan | None":
-        if not (settings.backlog_enabled and split.crosses_boundary):
+    def begin(cls, split: KafkaSplit, config: ReaderConfig) -> "_ReadSpan | None":
+        if not (config.events_topic is not None and split.crosses_boundary):
             return None
         parent = SpanContextIds.parse(split.traceparent)
         if parent is None or not telemetry.enabled():
@@ -194,11 +176,9 @@ class _ReadSpan:
 
 
 def _consume_range(
-    consumer, split: KafkaSplit, settings: SourceSettings, clock
+    consumer, split: KafkaSplit, config: ReaderConfig, clock
 ) -> Iterator[tuple[pa.RecordBatch | None, int]]:
     """Yield ``(batch or None, position after it)`` until the position reaches the end."""
-    from confluent_kafka import KafkaError, Message, TopicPartition
-
     topic, partition, end = split.topic, split.partition, split.end
     consumer.assign([TopicPartition(topic, partition, split.start)])
     position = split.start
@@ -222,78 +202,70 @@ def _consume_range(
                 elif error.code() == KafkaError._PARTITION_EOF:
                     moved_to = max(moved_to, message.offset())
                 elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    moved_to = _handle_out_of_range(consumer, split, position, settings)
-                elif error.code() in _UNKNOWN_TOPIC_CODES and _vanished(consumer, split, settings):
-                    moved_to = _handle_vanished(split, position, settings)
+                    moved_to = _handle_out_of_range(consumer, split, position, config)
+                elif error.code() in _UNKNOWN_TOPIC_CODES and _vanished(consumer, split, config):
+                    moved_to = _handle_vanished(split, position, config)
                 elif error.fatal():
                     raise KafkaUnavailableError(
                         f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
-                        f"{redact(error.str(), settings)}"
+                        f"{config.kafka.redact(error.str())}"
                     )
                 else:
-                    log.warning("transient error reading %s: %s", split.bucket, redact(error.str(), settings))
+                    log.warning("transient error reading %s: %s", split.bucket, config.kafka.redact(error.str()))
         if records and records[-1].offset() >= end:
             records = [m for m in records if m.offset() < end]
             moved_to = end
         batch = None
         if records:
             moved_to = max(moved_to, records[-1].offset() + 1)
-            batch = to_record_batch(records, topic, partition, settings.include_headers)
+            batch = to_record_batch(records, topic, partition, config.include_headers)
         now = clock()
         if moved_to > position:
             position = moved_to
             last_progress = last_check = now
             yield batch, position
-        elif now - last_check >= _EXISTENCE_CHECK_S and _vanished(consumer, split, settings):
-            position = _handle_vanished(split, position, settings)
+        elif now - last_check >= _EXISTENCE_CHECK_S and _vanished(consumer, split, config):
+            position = _handle_vanished(split, position, config)
             yield None, position
-        elif (now - last_progress) * 1000 >= settings.poll_timeout_ms:
+        elif (now - last_progress) * 1000 >= config.poll_timeout_ms:
             raise KafkaUnavailableError(
                 f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
-                f"{settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
+                f"{config.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
             )
         if now - last_check >= _EXISTENCE_CHECK_S:
             last_check = now
 
 
-def _unknown_topic_codes() -> frozenset[int]:
-    from confluent_kafka import KafkaError
-
-    return frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
+_UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
 
 
-_UNKNOWN_TOPIC_CODES = _unknown_topic_codes()
-
-
-def _vanished(consumer, split: KafkaSplit, settings: SourceSettings) -> bool:
+def _vanished(consumer, split: KafkaSplit, config: ReaderConfig) -> bool:
     """Confirm with a metadata request that the split's partition no longer exists (an
     unknown-topic error can also be a transient metadata glitch)."""
     try:
-        metadata = consumer.list_topics(split.topic, timeout=min(settings.poll_timeout_ms / 1000, 10))
+        metadata = consumer.list_topics(split.topic, timeout=min(config.poll_timeout_ms / 1000, 10))
     except Exception:
         return False  # cannot tell: keep trying until pollTimeoutMs
     topic = metadata.topics.get(split.topic)
     return topic is None or topic.error is not None or split.partition not in topic.partitions
 
 
-def _handle_vanished(split: KafkaSplit, position: int, settings: SourceSettings) -> int:
+def _handle_vanished(split: KafkaSplit, position: int, config: ReaderConfig) -> int:
     """The partition was deleted while this split read it: fail, or finish the split."""
     message = (
         f"{split.bucket} no longer exists; records {position}..{split.end - 1} of the batch range "
         f"[{split.start}, {split.end}) cannot be read"
     )
-    if settings.fail_on_data_loss:
+    if config.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
     return split.end
 
 
-def _handle_out_of_range(consumer, split: KafkaSplit, position: int, settings: SourceSettings) -> int:
+def _handle_out_of_range(consumer, split: KafkaSplit, position: int, config: ReaderConfig) -> int:
     """The broker no longer has ``position``: fail, or skip to the earliest offset and return it."""
-    from confluent_kafka import TopicPartition
-
     low, high = consumer.get_watermark_offsets(
-        TopicPartition(split.topic, split.partition), timeout=settings.poll_timeout_ms / 1000
+        TopicPartition(split.topic, split.partition), timeout=config.poll_timeout_ms / 1000
     )
     # Below the earliest offset: retention deleted records. At or past the log end: the
     # topic was re-created or truncated, and nothing of the rest of the range exists.
@@ -303,7 +275,7 @@ def _handle_out_of_range(consumer, split: KafkaSplit, position: int, settings: S
         f"records {position}..{resume - 1} of the batch range [{split.start}, {split.end}) "
         "are gone"
     )
-    if settings.fail_on_data_loss:
+    if config.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
     if resume < split.end:

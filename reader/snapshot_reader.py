@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from backlog_source.schema import arrow_schema
-from backlog_source.settings import SourceSettings
-from backlog_source.snapshot.manifest import SnapshotError
+from backlog_core.errors import SnapshotError
+from backlog_core.schema import arrow_schema
+from backlog_core.settings import ReaderConfig
 from events.channel import publish, publish_once
-from events.model import BacklogFinishEvent
+from events.finish_event import BacklogFinishEvent
 from reader.split import SnapshotSplit
 
 #: Rows per Arrow batch handed to Spark.
@@ -26,15 +26,15 @@ BATCH_ROWS = 10_000
 
 def read_snapshot_split(
     split: SnapshotSplit,
-    settings: SourceSettings,
+    config: ReaderConfig,
     *,
-    publish_event: Callable[[SourceSettings, BacklogFinishEvent], bool] = publish,
+    publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the snapshot's rows; when the snapshot is the bucket's whole backlog, publish
     its BacklogFinishEvent (once per worker) after the last row. Raises
     :class:`SnapshotError` naming a missing file."""
     fs, root = pafs.FileSystem.from_uri(split.root)
-    schema = arrow_schema(settings.include_headers)
+    schema = arrow_schema(config.include_headers)
     for relative in split.files:
         try:
             source = fs.open_input_file(f"{root}/{relative}")
@@ -46,13 +46,13 @@ def read_snapshot_split(
         with source:
             for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS):
                 yield _conform(batch, schema)
-    if settings.backlog_enabled and split.finishes_backlog and split.boundary is not None:
+    if config.events_topic is not None and split.finishes_backlog and split.boundary is not None:
         event = BacklogFinishEvent(
             source_id=split.source_id, topic=split.topic, partition=split.partition,
             boundary_offset=split.boundary, reached_offset=split.log_offset,
             emitted_at_ms=int(time.time() * 1000), traceparent=split.traceparent,
         )
-        publish_once(settings, event, publish_event)
+        publish_once(config, event, publish_event)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -11,8 +11,8 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from backlog_source.buckets import Bucket
-from backlog_source.errors import OffsetFormatError
+from backlog_core.buckets import Bucket
+from backlog_core.errors import OffsetFormatError
 
 SPLIT_VERSION = 1
 

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def broker():
     """One embedded Tansu broker for the whole test session; tests use uuid-named topics."""
-    from backlog_source.broker import start_broker
+    from backlog_source.testing.broker import start_broker
 
     running = start_broker()
     yield running
@@ -61,7 +61,7 @@ OTEL_VARIABLES = (
 @pytest.fixture
 def otel_env(monkeypatch):
     """A clean OTEL_* environment for this process; its exporter is rebuilt from it."""
-    from backlog_source import telemetry
+    from backlog_core import telemetry
 
     for name in OTEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -73,7 +73,7 @@ def otel_env(monkeypatch):
 @pytest.fixture
 def receiver():
     """A real OTLP/HTTP receiver on loopback."""
-    from backlog_source.otlp_receiver import OtlpReceiver
+    from backlog_source.testing.otlp_receiver import OtlpReceiver
 
     with OtlpReceiver() as running:
         yield running

@@ -1,11 +1,17 @@
-"""In-memory fakes for unit tests: a Kafka offsets client and a consumer."""
+"""Every fake the unit tests use, in one place: a Kafka offsets client, a consumer, the
+control topic, a clock, and Spark's query/writer objects for the mode-switch controller."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
-from backlog_source.buckets import Bucket
+from confluent_kafka import KafkaError, Message
+
+from backlog_core.buckets import Bucket
+from enumerator.kafka_offsets import TopicIdentity
+from events.channel import ControlMessages
 
 
 @dataclass
@@ -21,6 +27,7 @@ class FakeOffsetsClient:
     stable: dict[Bucket, int] = field(default_factory=dict)  # last stable offsets, if set
     calls: list[str] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    topic_ids: dict[str, str] = field(default_factory=dict)
     closed: int = 0
 
     def partition_counts(self) -> dict[str, int]:
@@ -50,6 +57,17 @@ class FakeOffsetsClient:
         if topic not in self.topics:
             self.topics[topic] = [(0, 0)] * partitions
             self.created.append(topic)
+            self.topic_ids[topic] = f"{topic}-{len(self.created)}"
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        self.calls.append("topic_identity")
+        if topic not in self.topics:
+            return None
+        return TopicIdentity(self.topic_ids.setdefault(topic, f"{topic}-0"), len(self.topics[topic]))
+
+    def delete(self, topic: str) -> None:
+        del self.topics[topic]
+        self.topic_ids.pop(topic, None)
 
     def close(self) -> None:
         self.closed += 1
@@ -71,18 +89,155 @@ class FakeClock:
 
 
 class FakeControlTopic:
-    """The control topic as a list of message values; ``reads`` counts read_from calls."""
+    """``enumerator.control.ControlTopic`` as a list of message values; ``reads`` counts
+    read_from calls (each one a request to the broker in real life)."""
 
     def __init__(self) -> None:
         self.values: list[bytes | None] = []
         self.reads = 0
+        self.opened = 0
         self.closed = False
 
-    def read_from(self, position: int):
-        from events.channel import ControlMessages
+    def open(self) -> int:
+        self.opened += 1
+        return len(self.values)
 
+    def log_end(self) -> int:
+        return len(self.values)
+
+    def read_from(self, position: int) -> ControlMessages:
         self.reads += 1
         return ControlMessages(list(self.values[position:]), max(position, len(self.values)))
 
     def close(self) -> None:
         self.closed = True
+
+
+# -- a consumer: scripted confluent Messages ----------------------------------------------
+
+
+def Msg(offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None):
+    """A real confluent Message (the hot path calls its C methods unbound)."""
+    return Message(topic="t", partition=0, offset=offset, key=key, value=value, error=error, timestamp=ts, headers=headers)
+
+
+def Err(code, fatal=False):
+    return KafkaError(code, fatal=fatal)
+
+
+def eof(offset):
+    return Msg(offset, error=Err(KafkaError._PARTITION_EOF))
+
+
+class FakeConsumer:
+    def __init__(self, script, watermarks=(0, 0), clock=None):
+        self.script = list(script)
+        self.assigned = []
+        self.closed = False
+        self.watermarks = watermarks
+        self.clock = clock
+
+    def __call__(self, config):
+        self.config = config
+        return self
+
+    def assign(self, partitions):
+        self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in partitions])
+
+    def consume(self, num, timeout):
+        if self.script:
+            step = self.script.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return step
+        if self.clock:
+            self.clock.advance(timeout)
+        return []
+
+    def get_watermark_offsets(self, tp, timeout):
+        return self.watermarks
+
+    def list_topics(self, topic, timeout):
+        class Topic:
+            error = None
+            partitions = {p: None for p in range(8)}
+
+        class Metadata:
+            topics = {"t": Topic()} if self.topics_present is None else self.topics_present
+
+        return Metadata()
+
+    topics_present: dict | None = None  # None: topic "t" exists with partitions 0..7
+
+    def close(self):
+        self.closed = True
+
+
+# -- Spark's query objects, for the mode-switch controller ---------------------------------
+
+
+class FakeQuery:
+    """A ``StreamingQuery``: ``stop()`` reports the run's termination on the listener bus,
+    as Spark does; ``lastProgress`` is what a test last emitted for it."""
+
+    _runs = iter(range(1_000_000))
+
+    def __init__(self, spark: "FakeSpark", interval_ms: int) -> None:
+        self.id, self.runId = "query-1", f"run-{next(self._runs)}"
+        self.interval_ms = interval_ms
+        self.spark = spark
+        self.stopped = False
+        self.failure: BaseException | None = None
+        self.lastProgress = None
+        self.trigger_active = False
+
+    @property
+    def status(self) -> dict:
+        return {"isTriggerActive": self.trigger_active}
+
+    def stop(self) -> None:
+        self.stopped = True
+        for listener in list(self.spark.listeners):
+            listener.onQueryTerminated(SimpleNamespace(id=self.id, runId=self.runId, exception=None))
+
+    def exception(self):
+        return self.failure
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.listeners: list = []
+        self.streams = SimpleNamespace(addListener=self.listeners.append, removeListener=self.listeners.remove)
+
+
+class FakeWriter:
+    """A ``DataStreamWriter`` whose ``start()`` returns a :class:`FakeQuery` per run."""
+
+    def __init__(self) -> None:
+        self._spark = FakeSpark()
+        self.started: list[FakeQuery] = []
+        self._interval_ms: int | None = None
+
+    def trigger(self, processingTime: str) -> "FakeWriter":
+        self._interval_ms = int(processingTime.split()[0])
+        return self
+
+    def start(self) -> FakeQuery:
+        query = FakeQuery(self._spark, self._interval_ms)
+        self.started.append(query)
+        return query
+
+
+class FakeInPlaceSwitcher:
+    """A switcher that changes the fake query's interval in place and records each change."""
+
+    method = "in-place"
+
+    def __init__(self, query: FakeQuery) -> None:
+        self.query = query
+        self.applied: list[int] = []
+
+    def switch(self, interval_ms: int) -> FakeQuery:
+        self.applied.append(interval_ms)
+        self.query.interval_ms = interval_ms
+        return self.query

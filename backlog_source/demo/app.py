@@ -18,22 +18,31 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
+from backlog_core import telemetry
+from backlog_core.buckets import Bucket
+from backlog_core.errors import DemoError
+from backlog_core.settings import parse_options
+from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.monitor import QueryMonitor
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
 from backlog_source.demo.settings import DemoSettings
 from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
+from backlog_source.mode_switch import start_backlog_aware
+from backlog_source.testing.broker import create_topic, produce, start_broker
+from backlog_source.testing.otlp_receiver import OtlpReceiver
+from enumerator.kafka_offsets import KafkaOffsetsClient
 
 #: What the demo writes under ``--output``; only these are removed when a demo starts again.
 OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json")
-
-
-class DemoFailed(Exception):
-    """The demo could not finish; the message says why."""
 
 
 class StopRequested(Exception):
@@ -68,21 +77,17 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
         except (KeyboardInterrupt, StopRequested):
             console.print("[yellow]stopping: the producer, the query (at a batch boundary), Spark, the broker[/]")
             return 130
-        except DemoFailed as exc:
+        except DemoError as exc:
             console.print(f"[red]demo failed:[/] {exc}")
             return 1
     return 0 if summary["exactly_once"] else 1
 
 
 def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict:
-    from backlog_source.otlp_receiver import OtlpReceiver
-
     out = _prepare_output(settings.output)
     receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl"))
     bootstrap = settings.bootstrap_servers
     if bootstrap is None:
-        from backlog_source.broker import start_broker
-
         with console.status("starting the embedded broker"):
             broker = start_broker()
         resources.callback(broker.stop)
@@ -97,10 +102,6 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     monitor = QueryMonitor()
     spark.streams.addListener(monitor)
     resources.callback(lambda: spark.streams.removeListener(monitor))
-
-    from pyspark.sql import functions as F
-
-    from backlog_source import start_backlog_aware
 
     reader = spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
     options = {
@@ -130,7 +131,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     _watch(settings, console, handle, monitor, producer, started_at, initial_mode, ctrl_c.requested)
     producer.stop()
     if producer.failed:
-        raise DemoFailed(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
+        raise DemoError(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
     _wait_caught_up(bootstrap, settings, monitor, handle)
     handle.stop()
     receiver.wait_for(lambda spans: any(s["name"] == "backlog.phase" for s in spans), timeout=15)
@@ -164,8 +165,6 @@ def _prepare_output(out: Path) -> Path:
 def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
     """Create the topic (if it does not exist) and produce the backlog; returns the records
     produced, the broker helper's seal records included."""
-    from backlog_source.broker import create_topic, produce
-
     try:
         create_topic(bootstrap, settings.topic, settings.partitions)
     except Exception as exc:  # the topic may exist on a real cluster: add to it
@@ -189,14 +188,6 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
 
 
 def _spark(otlp_endpoint: str, console: Console):
-    from pyspark.sql import SparkSession
-
-    from backlog_source import telemetry
-    from backlog_source.datasource import set_worker_environment
-
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = (SparkConf().setMaster("local[2]").setAppName("backlog-source-demo").set("spark.ui.enabled", "false")
             .set("spark.sql.shuffle.partitions", "2").set("spark.driver.memory", "2g"))
@@ -230,7 +221,7 @@ def _watch(settings, console, handle, monitor, producer, started_at, initial_mod
             if stop_requested.is_set():
                 raise StopRequested
             if handle.await_termination(timeout=0.25):  # raises the query's failure
-                raise DemoFailed("the query stopped unexpectedly")
+                raise DemoError("the query stopped unexpectedly")
             now = time.time()
             if handle.mode == LOW and live_since is None:
                 live_since = now
@@ -248,17 +239,14 @@ def _watch(settings, console, handle, monitor, producer, started_at, initial_mod
             if left is not None and left <= 0:
                 return
             if live_since is None and now > deadline:
-                raise DemoFailed(f"the backlog was not drained within {settings.drain_timeout_seconds:.0f} s "
+                raise DemoError(f"the backlog was not drained within {settings.drain_timeout_seconds:.0f} s "
                                  "(--drain-timeout-seconds)")
 
 
 def _offsets_client(bootstrap: str, settings: DemoSettings):
-    from backlog_source.settings import parse_options
-    from enumerator.kafka_admin import KafkaOffsetsClient
-
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": settings.topic,
                **{k: v.get_secret_value() for k, v in settings.kafka_options.items()}}
-    return KafkaOffsetsClient(parse_options(options))
+    return KafkaOffsetsClient.from_settings(parse_options(options))
 
 
 def _producer_config(settings: DemoSettings) -> dict:
@@ -272,13 +260,11 @@ def _partition_count(bootstrap: str, settings: DemoSettings) -> int:
     finally:
         client.close()
     if not count:
-        raise DemoFailed(f"topic {settings.topic!r} does not exist on {bootstrap}; seed it with --seed")
+        raise DemoError(f"topic {settings.topic!r} does not exist on {bootstrap}; seed it with --seed")
     return count
 
 
 def _log_range(bootstrap: str, settings: DemoSettings):
-    from backlog_source.buckets import Bucket
-
     client = _offsets_client(bootstrap, settings)
     try:
         buckets = [Bucket(settings.topic, p) for p in range(client.partition_counts()[settings.topic])]
@@ -296,15 +282,13 @@ def _wait_caught_up(bootstrap, settings, monitor, handle, timeout_s: float = 120
         if batches and all(batches[-1].positions.get(b, -1) >= end for b, end in latest.items()):
             return
         if handle.await_termination(timeout=0.2):
-            raise DemoFailed("the query stopped before it caught up")
-    raise DemoFailed(f"the query did not catch up with the log end within {timeout_s:.0f} s")
+            raise DemoError("the query stopped before it caught up")
+    raise DemoError(f"the query did not catch up with the log end within {timeout_s:.0f} s")
 
 
 def _read_output(spark, path: Path, batches, initial_mode, transitions):
     """Count what the Parquet sink committed (Spark reads only committed files) and the
     end-to-end latency of each live record, by the mode of the batch that wrote it."""
-    from pyspark.sql import functions as F
-
     df = spark.read.parquet(str(path))
     written = df.count()
     distinct = df.select("partition", "offset").distinct().count()

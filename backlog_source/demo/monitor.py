@@ -13,7 +13,8 @@ from datetime import datetime
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_source.buckets import Bucket, from_nested
+from backlog_core.buckets import Bucket, from_nested
+from backlog_core.offset import parse_reported
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,11 @@ class QueryMonitor(StreamingQueryListener):
         if self._query_id is not None and str(progress.id) != self._query_id:
             return
         source = progress.sources[0] if progress.sources else None
-        if source is None or not source.endOffset:
+        end = parse_reported(source.endOffset) if source is not None else None
+        if end is None:
             return
-        end = json.loads(source.endOffset)
         latest = json.loads(source.latestOffset) if source.latestOffset else {}
-        positions = from_nested(end.get("positions", {}), "positions")
+        positions = end.positions
         started = _parse_time(progress.timestamp)
         record = BatchRecord(
             batch_id=progress.batchId,
@@ -108,19 +109,16 @@ class QueryMonitor(StreamingQueryListener):
             started_at=started,
             ended_at=started + progress.durationMs.get("triggerExecution", 0) / 1000,
             records=progress.numInputRows,
-            processing_backlog=bool(end.get("processing_backlog")),
+            processing_backlog=end.processing_backlog,
             positions=positions,
             latest=from_nested(latest, "latest") if isinstance(latest, dict) else {},
         )
-        backlog = from_nested(end.get("backlog", {}), "backlog")
-        trace_buckets = ((end.get("trace") or {}).get("buckets") or {})
+        open_buckets = end.trace.buckets if end.trace is not None else {}
         with self._lock:
             self._state.batches.append(record)
-            for topic, partitions in trace_buckets.items():
-                for partition, entry in partitions.items():
-                    bucket = Bucket(topic, int(partition))
-                    if bucket not in self._state.drains:
-                        self._state.drains[bucket] = BucketDrain(start=entry[0], boundary=entry[1])
+            for bucket, entry in open_buckets.items():
+                if bucket not in self._state.drains:
+                    self._state.drains[bucket] = BucketDrain(start=entry.start_offset, boundary=entry.boundary)
             for bucket, drain in self._state.drains.items():
                 drain.position = positions.get(bucket, drain.position)
-                drain.finished = drain.finished or bucket not in backlog
+                drain.finished = drain.finished or bucket not in end.backlog

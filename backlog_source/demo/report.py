@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from backlog_source.demo.monitor import BatchRecord
 from backlog_source.mode_switch import Transition
 
@@ -25,10 +27,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def mode_at(at: float, initial_mode: str, transitions: Sequence[Transition]) -> str:
-    """The mode the job was in at wall time ``at`` (a switch counts once its new run started)."""
+    """The mode the job was in at wall time ``at`` (a switch counts once the new interval
+    applied: at once in place, once the new run started after a restart)."""
     mode = initial_mode
     for transition in transitions:
-        if at >= transition.at + transition.restart_seconds:
+        if at >= transition.at + transition.apply_seconds:
             mode = transition.to_mode
     return mode
 
@@ -55,13 +58,15 @@ def summarize(
     switch = next((t for t in transitions if t.to_mode == LOW), None)
     gap = None
     if switch is not None:
-        before = [b for b, m in zip(batches, modes) if m == HIGH and b.ended_at <= switch.at + switch.restart_seconds]
+        before = [b for b, m in zip(batches, modes) if m == HIGH and b.ended_at <= switch.at + switch.apply_seconds]
         after = [b for b, m in zip(batches, modes) if m == LOW]
         if before and after:
             gap = min(b.started_at for b in after) - max(b.ended_at for b in before)
     return {
         "drain_seconds": None if drained is None else drained.ended_at - started_at,
-        "switch_restart_seconds": None if switch is None else switch.restart_seconds,
+        "switch_method": None if switch is None else switch.method,
+        "switch_apply_seconds": None if switch is None else switch.apply_seconds,
+        "switch_effective_seconds": None if switch is None else switch.effective_seconds,
         "switch_gap_seconds": gap,
         "batches": {HIGH: modes.count(HIGH), LOW: modes.count(LOW)},
         "batch_seconds_p50": {m: percentile(v, 0.5) for m, v in batch_seconds.items()},
@@ -79,8 +84,6 @@ def summarize(
 
 
 def summary_table(summary: dict[str, Any]):
-    from rich.table import Table
-
     def secs(value) -> str:
         return "-" if value is None else f"{value:.2f} s"
 
@@ -99,7 +102,8 @@ def summary_table(summary: dict[str, Any]):
                   f"{summary['live_records_measured'][LOW]:,}")
     table.add_section()
     table.add_row("backlog drained after", secs(summary["drain_seconds"]), "")
-    table.add_row("switch: stop + start", "", secs(summary["switch_restart_seconds"]))
+    table.add_row(f"switch ({summary['switch_method'] or '-'}): applied after", "", secs(summary["switch_apply_seconds"]))
+    table.add_row("switch: decision -> first trigger at the new interval", "", secs(summary["switch_effective_seconds"]))
     table.add_row("switch: last batch -> first batch", "", secs(summary["switch_gap_seconds"]))
     table.add_section()
     verdict = "[green]exactly once[/]" if summary["exactly_once"] else "[red]MISMATCH[/]"
@@ -120,6 +124,8 @@ def write_timeline(
 ) -> None:
     """records/s, lag and mode over time with the switch marked, and the trace's spans as a
     Gantt strip per bucket; seconds since the query started on the x axis."""
+    # Imported here: the backend must be chosen before pyplot is imported, and only the
+    # summary draws anything.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,7 +144,7 @@ def write_timeline(
 
     horizon = max(ends + [1.0])
     colors = {HIGH: "#fde9b5", LOW: "#cdeccd"}
-    edges = [0.0] + [t.at + t.restart_seconds - started_at for t in transitions] + [horizon]
+    edges = [0.0] + [t.at + t.apply_seconds - started_at for t in transitions] + [horizon]
     modes = [initial_mode] + [t.to_mode for t in transitions]
     for ax in (rate_ax, lag_ax):
         for mode, left, right in zip(modes, edges[:-1], edges[1:]):

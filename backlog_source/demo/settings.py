@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from backlog_source.mode_switch import parse_interval_seconds
+from backlog_core.durations import duration_seconds
 
 
 class DemoSettings(BaseSettings):
@@ -55,7 +55,7 @@ class DemoSettings(BaseSettings):
     @field_validator("high_throughput_interval", "low_latency_interval")
     @classmethod
     def _interval(cls, value: str, info) -> str:
-        parse_interval_seconds(info.field_name, value)
+        duration_seconds(info.field_name, value)
         return value
 
     @property

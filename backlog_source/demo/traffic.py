@@ -2,13 +2,15 @@
 
 Which process: the user's driver program. One record per produce request (``linger.ms=0``,
 ``batch.num.messages=1``), so the embedded broker's ListOffsets quirk (see
-:func:`backlog_source.broker.seal_partitions`) never hides the newest records.
+:func:`backlog_source.testing.broker.seal_partitions`) never hides the newest records.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+
+from confluent_kafka import Producer
 
 LIVE_KEY_PREFIX = b"live-"
 
@@ -53,8 +55,6 @@ class LiveProducer:
                 self.first_error = self.first_error or str(error)
 
     def _run(self) -> None:
-        from confluent_kafka import Producer
-
         producer = Producer(self._config)
         started = time.perf_counter()
         sent = 0

@@ -6,7 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from backlog_source.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from backlog_core.errors import MalformedEvent
+from backlog_source.testing.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
+from events.finish_event import BacklogFinishEvent
 
 
 def make_topic(broker, name: str, partitions: int, per_partition: int = 0, value_size: int = 20, start: int = 0) -> int:
@@ -35,10 +40,6 @@ def reader(spark, broker, **options):
 
 
 def log_end_offsets(broker, name: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.admin import OffsetSpec
-    from confluent_kafka import TopicPartition
-
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     count = len(admin.list_topics(name, timeout=10).topics[name].partitions)
     futures = admin.list_offsets({TopicPartition(name, p): OffsetSpec.latest() for p in range(count)})
@@ -93,3 +94,23 @@ def committed_parquet_files(path: Path) -> list[str]:
                 assert record["action"] == "add"
                 files.add(record["path"].removeprefix("file://"))
     return sorted(files)
+
+
+def published_events(broker, control_topic: str, source_id: str) -> list[BacklogFinishEvent]:
+    """Every event on the control topic for ``source_id``."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(control_topic, 0, 0)])
+    found, done = [], False
+    while not done:
+        for message in consumer.consume(1000, 5.0) or [None]:
+            if message is None or (message.error() and message.error().code() == -191):
+                done = True
+            elif message.error() is None:
+                try:
+                    event = BacklogFinishEvent.decode(message.value())
+                except MalformedEvent:
+                    continue
+                if event.source_id == source_id:
+                    found.append(event)
+    consumer.close()
+    return found

@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.broker import delete_topic
+from backlog_source.testing.broker import delete_topic
 from tests.integration.helpers import (
     fill, log_end_offsets, make_topic, reader, settle, start_memory, wait_for, wait_for_progress,
 )

@@ -20,7 +20,7 @@ import time
 def main() -> None:
     bootstrap, topic, out, options_json, mode = sys.argv[1:6]
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    for name in ("backlog_source", "enumerator", "reader", "events"):
+    for name in ("backlog_core", "backlog_source", "enumerator", "reader", "events"):
         logging.getLogger(name).setLevel(logging.DEBUG)  # our DEBUG logs included
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -36,6 +36,9 @@ def main() -> None:
           .options(**json.loads(options_json)).load())
     writer = (df.writeStream.format("parquet").option("path", os.path.join(out, "parquet"))
               .option("checkpointLocation", os.path.join(out, "checkpoint")))
+    # From here on every py4j call is logged with its arguments and answers (the user's own
+    # .option() calls above would show their values; start_backlog_aware must read none).
+    logging.getLogger("py4j").setLevel(logging.DEBUG)
     try:
         handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
     except Exception as exc:  # a failure at start is a valid outcome of "fail" too

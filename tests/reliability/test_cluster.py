@@ -8,16 +8,16 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from backlog_source.otlp_receiver import OtlpReceiver
+from backlog_source.testing.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, wait_for
 from tests.reliability.test_crashes import JOB, job_log
+from tests.wheel.wheel_env import ENV, ensure_installed
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +30,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="session")
+def wheel_python():
+    """The interpreter of a fresh environment with the built wheel installed (not editable),
+    as a user's driver and executors would have it (``make test`` builds it first)."""
+    return ensure_installed()
+
+
 @pytest.fixture
-def standalone_cluster(tmp_path):
-    """``spark://`` URL of a master and one worker (2 cores, 2 GiB), stopped afterwards."""
+def standalone_cluster(tmp_path, wheel_python):
+    """``spark://`` URL of a master and one worker (2 cores, 2 GiB), stopped afterwards.
+    Executors run the installed wheel's interpreter."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(tmp_path / "work")}
+           "PYSPARK_PYTHON": str(wheel_python), "SPARK_WORKER_DIR": str(tmp_path / "work")}
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("master", "worker")}
@@ -61,14 +69,16 @@ def standalone_cluster(tmp_path):
             log.close()
 
 
-def test_mode_switch_scenario_on_a_standalone_cluster(broker, topic_name, tmp_path, standalone_cluster):
+def test_mode_switch_scenario_on_a_standalone_cluster(broker, topic_name, tmp_path, standalone_cluster, wheel_python):
     make_topic(broker, topic_name, 3, per_partition=60_000)
     with OtlpReceiver() as receiver:
         env = {**os.environ, "JOB_MASTER": standalone_cluster, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                "OTEL_SERVICE_NAME": "cluster-job", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        env.pop("PYTHONPATH", None)
         started = time.time()
-        result = subprocess.run([sys.executable, str(JOB), broker.bootstrap_servers, topic_name, str(tmp_path),
-                                 "--crash-at", "none"], cwd=JOB.parents[2], env=env, capture_output=True, text=True,
+        # The driver program runs on the installed wheel too, from outside the source tree.
+        result = subprocess.run([str(wheel_python), str(JOB), broker.bootstrap_servers, topic_name, str(tmp_path),
+                                 "--crash-at", "none"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
         spans = receiver.wait_for(
@@ -76,6 +86,8 @@ def test_mode_switch_scenario_on_a_standalone_cluster(broker, topic_name, tmp_pa
 
     [done] = [e for e in job_log(tmp_path) if e["what"] == "caught up and stopped"]
     assert done["master"] == standalone_cluster
+    # Driver and executors imported the installed wheel, not the source tree.
+    assert Path(done["driver_module"]).is_relative_to(ENV) and Path(done["executor_module"]).is_relative_to(ENV)
     assert len(done["block_managers"]) >= 2  # the driver and at least one executor JVM
     assert [(t["from_mode"], t["to_mode"]) for t in done["transitions"]] == [("high-throughput", "low-latency")]
     assert done["mode"] == "low-latency"

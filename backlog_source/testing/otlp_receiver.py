@@ -1,4 +1,4 @@
-"""A minimal OTLP/HTTP trace receiver on loopback, for the demo and the tests.
+"""Test and demo tooling: a minimal OTLP/HTTP trace receiver on loopback.
 
 It accepts what OpenTelemetry's OTLP/HTTP exporters send (``POST /v1/traces``, protobuf,
 optionally gzip), decodes it with the ``opentelemetry-proto`` package, and keeps each span
@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 TRACES_PATH = "/v1/traces"
 
 
@@ -44,8 +46,6 @@ def _attributes(key_values) -> dict[str, Any]:
 
 def decode_spans(payload: bytes) -> list[dict[str, Any]]:
     """The spans of one ``ExportTraceServiceRequest`` as dicts (ids as lowercase hex)."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
     request = ExportTraceServiceRequest()
     request.ParseFromString(payload)
     spans = []

@@ -3,72 +3,15 @@
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from backlog_source.errors import DataLossError, KafkaUnavailableError
-from backlog_source.settings import parse_options
+from backlog_core.errors import DataLossError, KafkaUnavailableError
+from backlog_core.settings import parse_options
 from reader import kafka_reader
 from reader.kafka_reader import read_split
 from reader.split import KafkaSplit
-from tests.fakes import FakeClock
+from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
 
-def Msg(offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None):
-    """A real confluent Message (the hot path calls its C methods unbound)."""
-    return Message(topic="t", partition=0, offset=offset, key=key, value=value, error=error, timestamp=ts, headers=headers)
-
-
-def Err(code, fatal=False):
-    return KafkaError(code, fatal=fatal)
-
-
-def eof(offset):
-    return Msg(offset, error=Err(KafkaError._PARTITION_EOF))
-
-
-class FakeConsumer:
-    def __init__(self, script, watermarks=(0, 0), clock=None):
-        self.script = list(script)
-        self.assigned = []
-        self.closed = False
-        self.watermarks = watermarks
-        self.clock = clock
-
-    def __call__(self, config):
-        self.config = config
-        return self
-
-    def assign(self, partitions):
-        self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in partitions])
-
-    def consume(self, num, timeout):
-        if self.script:
-            step = self.script.pop(0)
-            if isinstance(step, Exception):
-                raise step
-            return step
-        if self.clock:
-            self.clock.advance(timeout)
-        return []
-
-    def get_watermark_offsets(self, tp, timeout):
-        return self.watermarks
-
-    def list_topics(self, topic, timeout):
-        class Topic:
-            error = None
-            partitions = {p: None for p in range(8)}
-
-        class Metadata:
-            topics = {"t": Topic()} if self.topics_present is None else self.topics_present
-
-        return Metadata()
-
-    topics_present: dict | None = None  # None: topic "t" exists with partitions 0..7
-
-    def close(self):
-        self.closed = True
-
-
-SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "5000"})
+SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "5000"}).reader_config
 
 
 def offsets_read(batches):
@@ -112,7 +55,7 @@ def test_out_of_range_is_data_loss_naming_the_offsets():
 
 
 def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
-    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"}).reader_config
     consumer = FakeConsumer(
         [[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
     )
@@ -128,7 +71,7 @@ def test_fatal_error_fails_the_read():
 
 
 def test_columns_follow_sparks_kafka_source():
-    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "includeHeaders": "true"})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "includeHeaders": "true"}).reader_config
     consumer = FakeConsumer(
         [[Msg(0, key=None, ts=(1, 1_700_000_000_123), headers=[("h", b"x")]), Msg(1, value=None, ts=(2, 5), headers=None), Msg(2, ts=(0, -1))], [eof(3)]]
     )
@@ -152,7 +95,7 @@ def test_a_partition_deleted_mid_read_is_data_loss_or_skipped():
 
     with pytest.raises(DataLossError, match=r"t-0 no longer exists; records 2..9 of the batch range \[0, 10\)"):
         list(read_split(KafkaSplit("t", 0, 0, 10), SETTINGS, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
-    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"}).reader_config
     batches = list(read_split(KafkaSplit("t", 0, 0, 10), settings, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
     assert offsets_read(batches) == [0, 1]
 

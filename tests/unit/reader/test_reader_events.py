@@ -2,14 +2,14 @@
 
 import pytest
 
-from backlog_source import telemetry
-from backlog_source.settings import parse_options
+from backlog_core import telemetry
+from backlog_core.settings import parse_options
 from events import dedup
 from reader.kafka_reader import read_split
 from reader.split import KafkaSplit
-from tests.unit.test_reader import FakeConsumer, Msg, eof
+from tests.fakes import FakeConsumer, Msg, eof
 
-SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"}).reader_config
 
 
 def run(split, script, published, succeed=True):

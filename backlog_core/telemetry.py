@@ -29,8 +29,13 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-from backlog_source.errors import ConfigError
-from backlog_source.trace_context import SpanRecord
+from backlog_core import __version__
+from backlog_core.errors import ConfigError
+from backlog_core.trace_context import SpanRecord
+
+# The OpenTelemetry SDK and exporters are imported only once a process turns tracing on:
+# with no OTEL_* variable set, tracing must cost nothing but an environment lookup, and
+# importing the SDK and the OTLP exporter costs every executor's Python worker ~0.1 s.
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +216,6 @@ class _Tracing:
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        from backlog_source import __version__
 
         resource = Resource.create()
         if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):

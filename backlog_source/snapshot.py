@@ -20,9 +20,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from backlog_source.buckets import Bucket
-from backlog_source.settings import parse_options
-from backlog_source.snapshot.manifest import MANIFEST_NAME, Manifest, PartitionSnapshot, SnapshotError
+from backlog_core.buckets import Bucket
+from backlog_core.errors import SnapshotError
+from backlog_core.schema import arrow_schema
+from backlog_core.settings import SourceSettings, parse_options
+from backlog_core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
+from enumerator.kafka_offsets import KafkaOffsetsClient
+from reader.kafka_reader import read_split
+from reader.split import KafkaSplit
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +77,11 @@ def take_snapshot(
     manifest replaces any previous one last, atomically, so readers see the old snapshot or
     the new one, never a mix. Older data directories are left for readers still using them.
     Raises :class:`SnapshotError` (no such topic, a record without a key),
-    :class:`~backlog_source.errors.DataLossError`, or
-    :class:`~backlog_source.errors.KafkaUnavailableError`.
+    :class:`~backlog_core.errors.DataLossError`, or
+    :class:`~backlog_core.errors.KafkaUnavailableError`.
     """
-    from enumerator.kafka_admin import KafkaOffsetsClient
-
     settings = parse_options({**options, "subscribe": topic, "failOnDataLoss": "true", "backlog.enabled": "false"})
-    client = KafkaOffsetsClient(settings)
+    client = KafkaOffsetsClient.from_settings(settings)
     try:
         count = client.partition_counts().get(topic)
         if not count:
@@ -103,19 +106,6 @@ def take_snapshot(
     return manifest
 
 
-def load_manifest(path: str) -> tuple[pafs.FileSystem, str, Manifest]:
-    """The filesystem, root and manifest of the snapshot at ``path``; raises
-    :class:`SnapshotError` when there is none (e.g. one still being written) or it is malformed."""
-    fs, root = pafs.FileSystem.from_uri(path)
-    where = f"{path.rstrip('/')}/{MANIFEST_NAME}"
-    try:
-        with fs.open_input_stream(f"{root}/{MANIFEST_NAME}") as stream:
-            payload = stream.read()
-    except FileNotFoundError:
-        raise SnapshotError(f"no snapshot at {path}: {MANIFEST_NAME} does not exist (not written, or not yet)") from None
-    return fs, root, Manifest.decode(payload, where)
-
-
 def read_partition(fs: pafs.FileSystem, root: str, manifest: Manifest, partition: int) -> pa.Table:
     """The rows of one partition's snapshot; raises :class:`SnapshotError` for a missing file."""
     entry = manifest.partitions.get(partition)
@@ -132,15 +122,11 @@ def read_partition(fs: pafs.FileSystem, root: str, manifest: Manifest, partition
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
-def _latest_of_partition(settings, bucket: Bucket, start: int, end: int) -> pa.Table:
-    from backlog_source.schema import arrow_schema
-    from reader.kafka_reader import read_split
-    from reader.split import KafkaSplit
-
+def _latest_of_partition(settings: SourceSettings, bucket: Bucket, start: int, end: int) -> pa.Table:
     state = arrow_schema(settings.include_headers).empty_table()
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for batch in read_split(KafkaSplit(bucket.topic, bucket.partition, start, end), settings):
+    for batch in read_split(KafkaSplit(bucket.topic, bucket.partition, start, end), settings.reader_config):
         pending.append(batch)
         pending_rows += batch.num_rows
         if pending_rows >= COMPACT_EVERY_ROWS:

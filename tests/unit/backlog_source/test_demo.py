@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
-from backlog_source.buckets import Bucket
+from backlog_core.buckets import Bucket
 from backlog_source.demo.monitor import BatchRecord, BucketDrain, Snapshot
 from backlog_source.demo.report import HIGH, LOW, mode_at, percentile, summarize
 from backlog_source.demo.settings import DemoSettings, add_arguments, from_arguments
@@ -92,21 +92,22 @@ def test_percentile_is_nearest_rank():
     assert percentile([3, 1, 2, 4], 0.5) == 2 and percentile(list(range(1, 101)), 0.99) == 99
 
 
-def test_mode_follows_transitions_once_the_new_run_started():
-    switch = Transition(HIGH, LOW, 3, at=100.0, restart_seconds=2.0)
+def test_mode_follows_transitions_once_the_new_interval_applied():
+    switch = Transition(HIGH, LOW, 3, at=100.0, method="restart", apply_seconds=2.0)
     assert [mode_at(t, HIGH, [switch]) for t in (99, 101, 102, 150)] == [HIGH, HIGH, LOW, LOW]
 
 
 def test_summary_numbers():
     batches = [batch(0, 10, 5, 1000, True, lag=500), batch(1, 15, 2, 500, True), batch(2, 17, 1, 0, False),
                batch(3, 21, 0.5, 10, False), batch(4, 22, 0.4, 12, False)]
-    switch = Transition(HIGH, LOW, 2, at=18.0, restart_seconds=2.0)
+    switch = Transition(HIGH, LOW, 2, at=18.0, method="restart", apply_seconds=2.0, effective_seconds=3.0)
     summary = summarize(batches, [switch], HIGH, started_at=10.0,
                         live_latencies={HIGH: [4.0, 6.0], LOW: [1.0, 1.2, 0.8]},
                         records_written=1522, distinct_written=1522, records_read_range=1522, records_produced=1522)
     assert summary["drain_seconds"] == 8.0  # batch 2 (flag false) ended at 18
     assert summary["batches"] == {HIGH: 3, LOW: 2}
-    assert summary["switch_restart_seconds"] == 2.0
+    assert (summary["switch_method"], summary["switch_apply_seconds"], summary["switch_effective_seconds"]) == (
+        "restart", 2.0, 3.0)
     assert summary["switch_gap_seconds"] == pytest.approx(3.0)  # batch 2 ended at 18, batch 3 started at 21
     assert summary["live_latency_p50"] == {HIGH: 4.0, LOW: 1.0}
     assert summary["exactly_once"]

@@ -3,11 +3,11 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backlog_source.buckets import Bucket
+from backlog_core.buckets import Bucket
 from backlog_source.datasource import BacklogStreamReader
-from backlog_source.schema import arrow_schema
-from backlog_source.settings import parse_options
-from enumerator.offsets import SnapshotState, SourceOffset
+from backlog_core.schema import arrow_schema
+from backlog_core.settings import parse_options
+from backlog_core.offset import SnapshotState, SourceOffset
 from reader.snapshot_reader import read_snapshot_split
 from reader.split import KafkaSplit, SnapshotSplit
 
@@ -38,7 +38,7 @@ def test_snapshot_rows_come_back_in_the_query_schema_and_a_snapshot_only_bucket_
     pq.write_table(table, tmp_path / "f1.parquet")
     split = SnapshotSplit("a", 1, str(tmp_path), ("f1.parquet",), 50, boundary=50, source_id="src-snap")
     published = []
-    with_headers = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "includeHeaders": "true"})
+    with_headers = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "includeHeaders": "true"}).reader_config
     batches = list(read_snapshot_split(split, with_headers, publish_event=lambda s, e: published.append(e) or True))
     assert batches[0].schema == arrow_schema(True) and batches[0].column("headers").to_pylist() == [[], []]
     assert [r["key"] for r in pa.Table.from_batches(batches).to_pylist()] == [b"k1", b"k2"]

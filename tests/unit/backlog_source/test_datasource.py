@@ -2,12 +2,12 @@
 
 import pickle
 
-from backlog_source.buckets import Bucket
+from backlog_core.buckets import Bucket
 from backlog_source.datasource import BacklogStreamReader
-from backlog_source.settings import parse_options
-from backlog_source.trace_context import SpanContextIds
-from enumerator.offsets import SourceOffset
-from enumerator.phase_trace import OpenBucket, PhaseTrace
+from backlog_core.settings import parse_options
+from backlog_core.trace_context import SpanContextIds
+from backlog_core.offset import SourceOffset
+from backlog_core.offset import OpenBucket, PhaseTrace
 from reader.split import KafkaSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
@@ -43,4 +43,6 @@ def test_reader_pickles_without_clients():
     reader = BacklogStreamReader(SETTINGS)
     _ = reader.enumerator  # creates lazily; no connection is made until used
     copy = pickle.loads(pickle.dumps(reader))
-    assert copy.settings == SETTINGS and copy._enumerator is None
+    # Executors get the narrow reader configuration, never the planner's settings or a client.
+    assert copy.settings is None and copy._enumerator is None
+    assert copy.reader_config == SETTINGS.reader_config

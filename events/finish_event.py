@@ -11,17 +11,14 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backlog_source.buckets import Bucket
+from backlog_core.buckets import Bucket
+from backlog_core.errors import MalformedEvent
 
 EVENT_TYPE = "BacklogFinishEvent"
 EVENT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 #: Control messages larger than this are rejected unread: a real event is a few hundred bytes.
 MAX_EVENT_BYTES = 16 * 1024
-
-
-class MalformedEvent(ValueError):
-    """A control-topic message that is not a BacklogFinishEvent this release understands."""
 
 
 @dataclass(frozen=True)

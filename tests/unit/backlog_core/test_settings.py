@@ -2,9 +2,10 @@ import pickle
 
 import pytest
 
-from backlog_source.buckets import Bucket
-from backlog_source.errors import ConfigError
-from backlog_source.settings import StartingPoint, parse_options, redact
+from backlog_core.buckets import Bucket
+from backlog_core.errors import ConfigError
+from backlog_core.kafka_config import ClientRole
+from backlog_core.settings import StartingPoint, parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 
@@ -113,16 +114,16 @@ def test_secrets_are_masked_everywhere_but_the_client_config():
     )
     assert SECRET not in repr(settings) and SECRET not in str(settings)
     assert SECRET not in settings.model_dump_json()
-    assert settings.kafka_config("reader")["sasl.password"] == SECRET
-    assert settings.kafka_config("reader")["sasl.username"] == "bob"
-    assert redact(f"auth failed for {SECRET}2 and {SECRET}", settings) == "auth failed for *** and ***"
-    assert pickle.loads(pickle.dumps(settings)).kafka_config("x")["ssl.key.password"] == SECRET + "2"
+    assert settings.kafka.librdkafka(ClientRole.READER)["sasl.password"] == SECRET
+    assert settings.kafka.librdkafka(ClientRole.READER)["sasl.username"] == "bob"
+    assert settings.kafka.redact(f"auth failed for {SECRET}2 and {SECRET}") == "auth failed for *** and ***"
+    assert pickle.loads(pickle.dumps(settings)).kafka.librdkafka(ClientRole.ADMIN)["ssl.key.password"] == SECRET + "2"
 
 
 def test_java_jaas_config_becomes_librdkafka_credentials():
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="{SECRET}";'
     settings = parse_options({**BASE, "kafka.sasl.jaas.config": jaas, "kafka.sasl.mechanism": "PLAIN"})
-    config = settings.kafka_config("reader")
+    config = settings.kafka.librdkafka(ClientRole.READER)
     assert config["sasl.username"] == "alice" and config["sasl.password"] == SECRET
     assert "sasl.jaas.config" not in config
     assert SECRET not in repr(settings)

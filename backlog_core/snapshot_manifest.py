@@ -17,16 +17,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from backlog_source.errors import BacklogSourceError
+import pyarrow.fs as pafs
+
+from backlog_core.errors import SnapshotError
 
 MANIFEST_NAME = "_manifest.json"
 VERSION = 1
 SUPPORTED_VERSIONS = (1,)
-
-
-class SnapshotError(BacklogSourceError):
-    """A snapshot is missing, malformed or does not fit the topic; the message says which."""
-
 
 @dataclass(frozen=True)
 class PartitionSnapshot:
@@ -94,3 +91,16 @@ class Manifest:
             raise SnapshotError(
                 f"the snapshot of {topic!r} names partition(s) {unknown} that the topic does not have"
             )
+
+
+def load_manifest(path: str) -> tuple[pafs.FileSystem, str, Manifest]:
+    """The filesystem, root and manifest of the snapshot at ``path``; raises
+    :class:`SnapshotError` when there is none (e.g. one still being written) or it is malformed."""
+    fs, root = pafs.FileSystem.from_uri(path)
+    where = f"{path.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        with fs.open_input_stream(f"{root}/{MANIFEST_NAME}") as stream:
+            payload = stream.read()
+    except FileNotFoundError:
+        raise SnapshotError(f"no snapshot at {path}: {MANIFEST_NAME} does not exist (not written, or not yet)") from None
+    return fs, root, Manifest.decode(payload, where)

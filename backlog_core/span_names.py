@@ -58,6 +58,10 @@ MODE_TO = "backlog.mode.to"
 BATCH_ID = "backlog.batch_id"
 INTERVAL_FROM_S = "backlog.trigger.from_interval_seconds"
 INTERVAL_TO_S = "backlog.trigger.to_interval_seconds"
+#: ``in-place`` or ``restart``.
+SWITCH_METHOD = "backlog.mode_switch.method"
+#: Decision -> the new interval applied (the field written, or the restarted query started).
+APPLY_SECONDS = "backlog.mode_switch.apply_seconds"
 RESTART_SECONDS = "backlog.restart_seconds"
 QUERY_ID = "spark.query.id"
 RUN_ID = "spark.query.run_id"

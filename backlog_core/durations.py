@@ -1,0 +1,43 @@
+"""The one parser of durations: Spark's time strings and trigger intervals.
+
+Both spellings Spark users write are accepted everywhere: the short forms of
+``spark.network.timeout``-style options (``500ms``, ``30s``, ``15m``, ``1h``, ``1d``) and
+the interval forms of ``trigger(processingTime=...)`` (``0 seconds``, ``500 milliseconds``,
+``2 minutes``). ``m`` means minutes, as in Spark.
+"""
+
+from __future__ import annotations
+
+import re
+
+from backlog_core.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNIT_MS = {
+    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1_000, "sec": 1_000, "secs": 1_000, "second": 1_000, "seconds": 1_000,
+    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}
+EXAMPLES = "'500ms', '30s', '15m', '1h', '0 seconds', '500 milliseconds', '2 minutes'"
+
+
+def duration_ms(name: str, text: object, *, bare_number_unit: str | None = "ms") -> int:
+    """Milliseconds of ``text``; ``name`` is the option or argument named in the error.
+
+    A bare number means ``bare_number_unit`` (Spark's ``timeStringAsMs`` reads it as ms);
+    with None a unit is required. Raises :class:`ConfigError` saying what is allowed.
+    """
+    match = _DURATION.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if not unit and match is not None:
+        unit = bare_number_unit or ""
+    if match is None or unit not in _UNIT_MS:
+        raise ConfigError(f"{name} must be a duration such as {EXAMPLES}, got {text!r}")
+    return round(float(match.group(1)) * _UNIT_MS[unit])
+
+
+def duration_seconds(name: str, text: object) -> float:
+    """Seconds of a trigger interval such as ``"0 seconds"`` or ``"500ms"`` (unit required)."""
+    return duration_ms(name, text, bare_number_unit=None) / 1000

@@ -1,0 +1,146 @@
+"""How to reach the Kafka cluster, and the one factory of librdkafka configuration dicts.
+
+:class:`KafkaClientConfig` is what every process that talks to Kafka needs and nothing more:
+the bootstrap servers, the user's ``kafka.*`` settings (secrets held as ``SecretStr``) and
+the group id. It is frozen and picklable, so it is what crosses from the driver to
+executors (inside :class:`~backlog_core.settings.ReaderConfig`).
+
+:meth:`KafkaClientConfig.librdkafka` builds the configuration of every client the project
+creates, by :class:`ClientRole`; the settings a role relies on (never join a group, never
+commit, report end of partition, never create topics implicitly) are fixed here, in one
+table, and override anything the user set. The dicts it returns hold secrets in clear text:
+they are handed to confluent-kafka and never logged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+
+class IsolationLevel(str, Enum):
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
+class ClientRole(str, Enum):
+    """Every Kafka client the project creates, by what it is for (also its ``client.id``)."""
+
+    ADMIN = "admin"  # driver: metadata, offsets, control-topic creation
+    READER = "reader"  # executors: the split consumer
+    CONTROL_READER = "events-reader"  # driver: reads BacklogFinishEvents
+    EVENT_PRODUCER = "events"  # executors: publishes BacklogFinishEvents
+    SNAPSHOT_READER = "snapshot"  # the snapshot command's consumer
+
+
+#: Defaults a user may override with ``kafka.*`` options. A deep prefetch queue made both a
+#: bare consumer loop and the reader about 5x faster (benchmarks/read_throughput.py); memory
+#: stays bounded by librdkafka's ``queued.max.messages.kbytes`` (64 MiB by default).
+_OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {
+    ClientRole.READER: {"queued.min.messages": 1_000_000},
+    ClientRole.SNAPSHOT_READER: {"queued.min.messages": 1_000_000},
+}
+
+_NEVER_COMMITS = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    # The source's consumers only assign(); a topic that does not exist must stay missing.
+    "allow.auto.create.topics": False,
+}
+
+#: Settings each role relies on; they win over the user's ``kafka.*`` options (the options
+#: that would contradict them are rejected when the options are parsed).
+_FIXED: dict[ClientRole, dict[str, Any]] = {
+    ClientRole.ADMIN: {},
+    ClientRole.READER: {
+        **_NEVER_COMMITS,
+        # The end of a range is detected by position, so end-of-partition events are needed;
+        # an out-of-range offset must stop the read (data loss), never reset silently.
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    },
+    ClientRole.SNAPSHOT_READER: {**_NEVER_COMMITS, "enable.partition.eof": True, "auto.offset.reset": "error"},
+    ClientRole.CONTROL_READER: {
+        **_NEVER_COMMITS,
+        "enable.partition.eof": True,
+        # A control topic trimmed by retention: start at what is left.
+        "auto.offset.reset": "earliest",
+    },
+    ClientRole.EVENT_PRODUCER: {
+        # One record per request: the event must be on the topic as soon as the task ends.
+        "linger.ms": 0,
+        "acks": "all",
+        # A publisher must never re-create a deleted control topic with the broker's
+        # default partition count (the source creates it, once, with one partition).
+        "allow.auto.create.topics": False,
+    },
+}
+
+_CONSUMERS = {ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.CONTROL_READER}
+_CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.auto.offset.store",
+                  "enable.partition.eof", "auto.offset.reset", "queued.min.messages")
+
+
+class KafkaClientConfig(BaseModel):
+    """The connection and security settings of one source; frozen, picklable, secrets masked.
+
+    ``params`` are the user's non-secret ``kafka.*`` settings (librdkafka names),
+    ``secrets`` the secret ones (their values appear only in :meth:`librdkafka`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str
+    params: Mapping[str, str] = Field(default_factory=dict)
+    secrets: Mapping[str, SecretStr] = Field(default_factory=dict)
+    group_id_prefix: str = "spark-kafka-source"
+
+    @property
+    def isolation_level(self) -> IsolationLevel:
+        return IsolationLevel(self.params.get("isolation.level", IsolationLevel.READ_UNCOMMITTED.value))
+
+    def group_id(self) -> str:
+        """``kafka.group.id``, or a fresh ``<groupIdPrefix>-<uuid>``: the source's consumers
+        never join their group nor commit, so the id only names them in the broker's logs."""
+        return self.params.get("group.id") or f"{self.group_id_prefix}-{uuid.uuid4()}"
+
+    def librdkafka(self, role: ClientRole, **overrides: Any) -> dict[str, Any]:
+        """The configuration dict of a client in ``role``, secrets revealed.
+
+        Precedence, lowest first: the role's overridable defaults, the user's ``kafka.*``
+        settings, ``overrides`` (the caller's, e.g. timeouts), the role's fixed settings.
+        Never log or raise the returned dict.
+        """
+        config: dict[str, Any] = {
+            **_OVERRIDABLE.get(role, {}),
+            "bootstrap.servers": self.bootstrap_servers,
+            **self.params,
+            **{key: secret.get_secret_value() for key, secret in self.secrets.items()},
+            **overrides,
+            **_FIXED[role],
+        }
+        config.setdefault("client.id", f"backlog-source-{role.value}")
+        if role in _CONSUMERS:
+            config["group.id"] = self.group_id()
+        else:
+            # Admin clients and producers warn about consumer-only keys (the admin client
+            # passes the isolation level with each ListOffsets request instead).
+            for key in _CONSUMER_ONLY:
+                config.pop(key, None)
+        return config
+
+    def secret_values(self) -> list[str]:
+        """Every secret value, for :meth:`redact`."""
+        return [value for value in (s.get_secret_value() for s in self.secrets.values()) if value]
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value replaced by ``***`` (for librdkafka's messages,
+        which may echo a setting)."""
+        for value in sorted(self.secret_values(), key=len, reverse=True):
+            text = text.replace(value, "***")
+        return text
+

@@ -1,0 +1,160 @@
+"""The ``kafka.*`` options: Spark users' Java-client settings, turned into librdkafka ones.
+
+Spark's Kafka source hands ``kafka.*`` options to the Java client, which ignores (with a
+warning) the ones it does not know. This source reads through librdkafka, whose names
+differ in places, so each option is, in this order:
+
+1. refused, with Spark's reason, when Spark refuses it (``auto.offset.reset``, the
+   deserializers, ``enable.auto.commit``, interceptors) or when this source sets it itself;
+2. translated, when a Java setting has a librdkafka meaning under another name
+   (``request.timeout.ms`` -> ``socket.timeout.ms``, ``fetch.max.wait.ms`` ->
+   ``fetch.wait.max.ms``, JAAS credentials -> ``sasl.username``/``sasl.password``...);
+3. refused with what to set instead, when dropping it would change security
+   (a JKS truststore: librdkafka reads PEM through ``ssl.ca.location``);
+4. kept, when librdkafka knows it (checked by building a client with it, which connects to
+   nothing), or dropped with one warning naming it, as the Java client does.
+
+A value librdkafka rejects fails here, at ``load()``, naming the option: configuration
+errors are never retried as if Kafka were unavailable. Secret values never appear in a
+message (the keys that hold secrets are listed in :func:`is_secret_key`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException
+from pydantic import SecretStr
+
+from backlog_core.errors import ConfigError
+from backlog_core.kafka_config import IsolationLevel, KafkaClientConfig
+
+log = logging.getLogger(__name__)
+
+#: Options Spark's Kafka source refuses (``KafkaSourceProvider.validateGeneralOptions``),
+#: with Spark's reasons, and two this source sets itself.
+REFUSED = {
+    "auto.offset.reset": (
+        "set the source option 'startingOffsets' to 'earliest' or 'latest' instead: the source "
+        "manages which offsets are consumed, so no data is missed when partitions are added; "
+        "'startingOffsets' applies only when a new query starts, a restart resumes where it left off"
+    ),
+    "enable.auto.commit": "the source does not commit any offset to Kafka; progress lives in the checkpoint",
+    "key.deserializer": "keys are always returned as bytes (binary column 'key'); deserialize them with DataFrame operations",
+    "value.deserializer": (
+        "values are always returned as bytes (binary column 'value'); deserialize them with DataFrame operations"
+    ),
+    "interceptor.classes": "interceptors can make the source misbehave",
+    "enable.partition.eof": "the source sets it: the reader needs end-of-partition events",
+    "enable.auto.offset.store": "the source sets it: offsets are never stored in Kafka",
+    # librdkafka reads certificates as PEM files or strings, not Java keystores.
+    "ssl.truststore.location": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
+    "ssl.truststore.password": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
+    "ssl.truststore.type": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
+}
+
+#: Java client names -> librdkafka names, where the meaning is the same.
+JAVA_TO_LIBRDKAFKA = {
+    "request.timeout.ms": "socket.timeout.ms",
+    "fetch.max.wait.ms": "fetch.wait.max.ms",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+}
+
+_SECRET_KEY = re.compile(r"password|secret|jaas|token|credential|\.pem$|oauthbearer\.config|private")
+_JAAS_LOGIN = re.compile(r"""(?P<module>[\w.]+)\s+required\s+(?P<args>.*?);?\s*$""", re.DOTALL)
+_JAAS_ARG = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
+_NO_SUCH_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
+_INVALID_VALUE = re.compile(r'for configuration property "([^"]+)"')
+_warned: set[frozenset[str]] = set()
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a librdkafka configuration key holds a secret (passwords, keys, tokens)."""
+    return bool(_SECRET_KEY.search(key.lower()))
+
+
+def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> KafkaClientConfig:
+    """The client configuration for the ``kafka.*`` options (keys without the ``kafka.``
+    prefix). Raises :class:`ConfigError` naming the option; see the module docstring."""
+    options = dict(options)
+    bootstrap = options.pop("bootstrap.servers", "").strip()
+    params: dict[str, str] = {}
+    secrets: dict[str, SecretStr] = {}
+    written_as: dict[str, str] = {}  # librdkafka name -> the name the user wrote
+    for key, raw in sorted(options.items()):
+        option = f"kafka.{key}"
+        if key in REFUSED:
+            raise ConfigError(f"option '{option}' is not supported: {REFUSED[key]}")
+        if key == "sasl.jaas.config":
+            # Java clients take credentials as JAAS; librdkafka as plain settings.
+            username, password = _parse_jaas(raw)
+            params["sasl.username"] = username
+            secrets["sasl.password"] = SecretStr(password)
+            continue
+        if key == "isolation.level" and raw not in {level.value for level in IsolationLevel}:
+            raise ConfigError(f"option '{option}' must be 'read_uncommitted' or 'read_committed', got {raw!r}")
+        name = JAVA_TO_LIBRDKAFKA.get(key, key)
+        written_as[name] = key
+        if is_secret_key(name):
+            secrets[name] = SecretStr(raw)
+        else:
+            params[name] = raw
+    if not bootstrap:
+        raise ConfigError("option 'kafka.bootstrap.servers' is required: a comma-separated list of host:port")
+    unknown = _drop_unknown(params, secrets, written_as)
+    if unknown and frozenset(unknown) not in _warned:
+        _warned.add(frozenset(unknown))
+        log.warning(
+            "ignoring option(s) %s: not settings of librdkafka, the Kafka client this source uses "
+            "(Spark's Java client would ignore unknown ones too)", ", ".join(f"'kafka.{k}'" for k in unknown)
+        )
+    return KafkaClientConfig(bootstrap_servers=bootstrap, params=params, secrets=secrets, group_id_prefix=group_id_prefix)
+
+
+def _drop_unknown(params: dict[str, str], secrets: dict[str, SecretStr], written_as: Mapping[str, str]) -> list[str]:
+    """Remove the keys librdkafka does not know; raise ConfigError for a value it rejects.
+
+    librdkafka checks every setting when a client is built; a client without bootstrap
+    servers connects to nothing, so building one (about a millisecond) is the check.
+    """
+    unknown: list[str] = []
+    while True:
+        config = {**params, **{k: v.get_secret_value() for k, v in secrets.items()}, "group.id": "config-check"}
+        try:
+            Consumer({**config, "log_level": 0}).close()
+            return unknown
+        except KafkaException as exc:
+            text = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        missing = _NO_SUCH_PROPERTY.search(text)
+        if missing and (missing.group(1) in params or missing.group(1) in secrets):
+            key = missing.group(1)
+            params.pop(key, None)
+            secrets.pop(key, None)
+            unknown.append(written_as.get(key, key))
+            continue
+        invalid = _INVALID_VALUE.search(text)
+        key = invalid.group(1) if invalid else None
+        if key is not None and key in secrets:
+            raise ConfigError(f"option 'kafka.{written_as.get(key, key)}' has a value librdkafka does not accept") from None
+        if key is not None:
+            raise ConfigError(f"option 'kafka.{written_as.get(key, key)}': {text}") from None
+        secret_values = [v.get_secret_value() for v in secrets.values()]
+        for value in sorted(secret_values, key=len, reverse=True):
+            text = text.replace(value, "***")
+        raise ConfigError(f"the kafka.* options are not a valid librdkafka configuration: {text}") from None
+
+
+def _parse_jaas(raw: str) -> tuple[str, str]:
+    match = _JAAS_LOGIN.match(raw.strip())
+    args = dict(_JAAS_ARG.findall(match.group("args"))) if match else {}
+    if not match or "username" not in args or "password" not in args:
+        # The value is a secret: the message describes it without quoting it.
+        raise ConfigError(
+            "option 'kafka.sasl.jaas.config' must be a PlainLoginModule or ScramLoginModule entry "
+            'with username="..." and password="..."; or set \'kafka.sasl.username\' and '
+            "'kafka.sasl.password' directly"
+        )
+    return args["username"], args["password"]

@@ -1,0 +1,99 @@
+"""Smoke check of the installed wheel, run by ``tests/wheel/wheel_env.py`` with the wheel's
+own interpreter from a directory outside the source tree.
+
+It fails (exit status != 0) unless: every module of the installed packages imports; the
+``backlog-source`` command and its ``demo`` help work; and a short stream that starts from a
+snapshot (``snapshot.path``, the feature a missing subpackage once broke) reads every key of
+the snapshot and every record after it, on the embedded broker and a local Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PACKAGES = ("backlog_core", "events", "enumerator", "reader", "backlog_source")
+
+
+def check_installed_not_the_tree() -> None:
+    import backlog_source
+
+    location = Path(backlog_source.__file__).resolve()
+    assert Path(sys.prefix).resolve() in location.parents, f"backlog_source imported from {location}, not the wheel"
+    print(f"backlog_source {backlog_source.__version__} from {location.parent}")
+
+
+def check_every_module_imports() -> None:
+    count = 0
+    for name in PACKAGES:
+        package = importlib.import_module(name)
+        importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            importlib.import_module(info.name)
+            count += 1
+    print(f"imported {count} modules")
+
+
+def check_command_line() -> None:
+    command = shutil.which("backlog-source")
+    assert command and Path(sys.prefix).resolve() in Path(command).resolve().parents, command
+    for args in (["--help"], ["demo", "--help"], ["snapshot", "--help"]):
+        result = subprocess.run([command, *args], capture_output=True, text=True, check=True)
+        assert "usage: backlog-source" in result.stdout, result.stdout
+    print("backlog-source --help, demo --help, snapshot --help: ok")
+
+
+def check_a_stream_from_a_snapshot() -> None:
+    from pyspark.sql import SparkSession
+
+    from backlog_core.snapshot_manifest import load_manifest
+    from backlog_source import BacklogDataSource
+    from backlog_source.testing.broker import create_topic, embedded_broker, produce
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    with embedded_broker() as broker, tempfile.TemporaryDirectory() as work:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, "customers", 2)
+        produce(bootstrap, "customers", ((i % 2, f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(500)))
+        snapshot = Path(work) / "snapshot"
+        subprocess.run(["backlog-source", "snapshot", "--bootstrap-servers", bootstrap, "--topic", "customers",
+                        "--path", str(snapshot)], check=True)
+        snapshot_rows = sum(p.rows for p in load_manifest(str(snapshot))[2].partitions.values())
+        tail = produce(bootstrap, "customers", ((i % 2, f"new{i}".encode(), b"x") for i in range(20)))
+
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            spark.dataSource.register(BacklogDataSource)
+            df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", "customers").option("snapshot.path", str(snapshot)).load())
+            out = Path(work) / "out"
+            query = (df.writeStream.format("parquet").option("path", str(out))
+                     .option("checkpointLocation", str(Path(work) / "ckpt")).trigger(availableNow=True).start())
+            query.awaitTermination(300)
+            assert query.exception() is None, query.exception()
+            rows = spark.read.parquet(str(out)).collect()
+        finally:
+            spark.stop()
+    keys = {row.key for row in rows}
+    assert {f"k{i}".encode() for i in range(50)} <= keys, sorted(keys)[:10]
+    assert {f"new{i}".encode() for i in range(20)} <= keys
+    # The snapshot's rows (latest per key and partition, the broker helper's seal records
+    # included), then every record after it.
+    assert len(rows) == snapshot_rows + tail, (len(rows), snapshot_rows, tail)
+    print(f"stream from snapshot.path: {len(rows)} rows ({snapshot_rows} from the snapshot, {tail} after it)")
+
+
+if __name__ == "__main__":
+    check_installed_not_the_tree()
+    check_every_module_imports()
+    check_command_line()
+    check_a_stream_from_a_snapshot()
+    print("wheel smoke check passed")
