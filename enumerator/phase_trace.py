@@ -18,7 +18,7 @@ What the offset stores (``"trace"``)::
      "topics": ["orders"], "bucket_count": 8, "records": 2000000,
      "buckets": {"orders": {"0": [<start offset>, <boundary>, <started ms>]}}}  # open bucket spans
 
-Finished spans come back as :class:`~backlog_source.trace_context.SpanRecord` values for the
+Finished spans come back as :class:`~backlog_core.trace_context.SpanRecord` values for the
 caller to export. A crash between that and the offset reaching Spark's offset log recomputes
 the same transition, so a span can be exported twice, with identical ids.
 """
@@ -29,96 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backlog_source import span_names as names
-from backlog_source.buckets import Bucket
-from backlog_source.errors import OffsetFormatError
-from backlog_source.trace_context import (
-    SpanContextIds,
-    SpanRecord,
-    derived_span_id,
-    ms_to_ns,
-    new_span_id,
-    new_trace_id,
-)
-
-
-@dataclass(frozen=True)
-class Finish:
-    """Why a bucket left the pending set: one of ``span_names.FINISHED_BY_*``, and the
-    position that proved it (None when the bucket vanished)."""
-
-    by: str
-    reached_offset: int | None = None
-
-
-@dataclass(frozen=True)
-class OpenBucket:
-    """A ``backlog.bucket`` span not finished yet."""
-
-    start_offset: int
-    boundary: int
-    started_ms: int
-
-
-@dataclass(frozen=True)
-class PhaseTrace:
-    """The current (or last) backlog phase's trace; immutable."""
-
-    ids: SpanContextIds
-    started_ms: int
-    topics: tuple[str, ...] = ()
-    bucket_count: int = 0
-    records: int = 0
-    buckets: dict[Bucket, OpenBucket] = field(default_factory=dict)
-
-    @property
-    def open(self) -> bool:
-        return bool(self.buckets)
-
-    def bucket_ids(self, bucket: Bucket, boundary: int) -> SpanContextIds:
-        """The ``backlog.bucket`` span of ``bucket`` with ``boundary`` in this phase."""
-        span_id = derived_span_id(self.ids.trace_id, bucket.topic, bucket.partition, boundary)
-        return SpanContextIds(self.ids.trace_id, span_id)
-
-    def to_json(self) -> dict[str, Any]:
-        nested: dict[str, dict[str, list[int]]] = {}
-        for bucket in sorted(self.buckets):
-            entry = self.buckets[bucket]
-            nested.setdefault(bucket.topic, {})[str(bucket.partition)] = [entry.start_offset, entry.boundary, entry.started_ms]
-        return {
-            "traceparent": self.ids.traceparent,
-            "started_ms": self.started_ms,
-            "topics": list(self.topics),
-            "bucket_count": self.bucket_count,
-            "records": self.records,
-            "buckets": nested,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> "PhaseTrace | None":
-        if data is None:
-            return None
-        if not isinstance(data, dict):
-            raise OffsetFormatError(f"offset field 'trace' must be an object or null, got {data!r}")
-        ids = SpanContextIds.parse(data.get("traceparent"))
-        if ids is None:
-            raise OffsetFormatError(f"offset field 'trace.traceparent' is not a W3C traceparent: {data.get('traceparent')!r}")
-        try:
-            buckets = {
-                Bucket(topic, int(partition)): OpenBucket(int(entry[0]), int(entry[1]), int(entry[2]))
-                for topic, partitions in data.get("buckets", {}).items()
-                for partition, entry in partitions.items()
-            }
-            return cls(
-                ids=ids,
-                started_ms=int(data["started_ms"]),
-                topics=tuple(str(t) for t in data.get("topics", [])),
-                bucket_count=int(data.get("bucket_count", 0)),
-                records=int(data.get("records", 0)),
-                buckets=buckets,
-            )
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise OffsetFormatError(f"offset field 'trace' is malformed: {exc!r}") from None
+from backlog_core import span_names as names
+from backlog_core.buckets import Bucket
+from backlog_core.offset import OpenBucket, PhaseTrace
+from backlog_core.trace_context import SpanContextIds, SpanRecord, ms_to_ns, new_span_id, new_trace_id
+from enumerator.boundaries import Finish
 
 
 def advance(
@@ -129,12 +44,14 @@ def advance(
     positions: Mapping[Bucket, int],
     now_ms: int,
 ) -> tuple[PhaseTrace | None, list[SpanRecord]]:
-    """The trace once the pending boundaries are ``pending``.
+    """The trace once the tracked boundaries are ``pending`` (pending or finishing).
 
     Open bucket spans whose bucket left ``pending`` (or got a new boundary) finish, for the
     reason ``finishes`` gives; pending buckets without an open span start one, at the read
-    position ``positions`` gives. Returns the new trace and the finished spans, buckets
-    first, then the phase when nothing is pending any more.
+    position ``positions`` gives. The phase ends when none of its buckets is left, unless a
+    bucket was reset with a new boundary (it goes on in the same phase); buckets that enter
+    backlog after that (a restart, re-entry) start a new phase, with a new trace. Returns
+    the new trace and the finished spans, buckets first, then the phase.
     """
     finished: list[SpanRecord] = []
     phase_open = trace is not None and trace.open
@@ -147,8 +64,9 @@ def advance(
                 continue
             default = names.FINISHED_BY_RESET if bucket in pending else names.FINISHED_BY_VANISHED
             finished.append(_bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
+        reset = [b for b in trace.buckets if b not in remaining and b in pending and b not in finishes]
         trace = replace(trace, buckets=remaining)
-        if not pending:  # a bucket reset with a new boundary keeps its phase going
+        if not remaining and not reset:
             finished.append(_phase_span(trace, source_id, now_ms))
             phase_open = False
 
@@ -165,14 +83,6 @@ def advance(
             buckets={**trace.buckets, **opened},
         )
     return trace, finished
-
-
-def bucket_traceparent(trace: PhaseTrace | None, bucket: Bucket) -> str | None:
-    """The W3C context a split of ``bucket`` carries: its open bucket span, else None."""
-    entry = None if trace is None else trace.buckets.get(bucket)
-    if entry is None:
-        return None
-    return trace.bucket_ids(bucket, entry.boundary).traceparent
 
 
 def _bucket_span(trace: PhaseTrace, bucket: Bucket, entry: OpenBucket, finish: Finish, now_ms: int) -> SpanRecord:

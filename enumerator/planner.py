@@ -1,15 +1,17 @@
 """Pure planning: how far a batch reads, and how its ranges are cut into input partitions.
 
 No Kafka, no Spark, no clock: every function here is a function of its arguments, which is
-what lets ``partitions(start, end)`` be replayed exactly after a crash.
+what lets ``partitions(start, end)`` be replayed exactly after a crash. Where a user can
+compare the result with Spark's Kafka source, the arithmetic is Spark's (cited per function).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from backlog_source.buckets import Bucket
+from backlog_core.buckets import Bucket
 
 
 @dataclass(frozen=True, order=True)
@@ -31,44 +33,30 @@ def lag(start: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucke
 
 
 def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_records: int) -> dict[Bucket, int]:
-    """End positions that read at most ``max_records`` in total.
+    """End positions that read about ``max_records`` in total, as Spark's Kafka source does
+    (``KafkaMicroBatchStream.rateLimit``).
 
-    Every lagging bucket first gets one record, then the rest of the budget is shared in
-    proportion to each bucket's remaining lag (largest-remainder rounding, so the total is
-    exactly ``min(max_records, total lag)``). So whenever ``max_records`` is at least the
-    number of lagging buckets, every one of them advances: a small partition is never
-    starved by a big one. With a smaller budget, the buckets with the largest lag go first.
+    Each lagging bucket gets ``limit * lag / totalLag`` records, rounded down, but at least
+    one, so a small partition is never starved by a big one; never past its latest offset.
+    The rounding makes the total a little lower (or, with many tiny lags, higher) than the
+    limit, exactly as Spark's.
     """
     if max_records <= 0:
         raise ValueError(f"max_records must be positive, got {max_records}")
-    available = lag(start, latest)
+    available = {b: n for b, n in lag(start, latest).items() if n > 0}
     total = sum(available.values())
-    if total <= max_records:
-        return {bucket: start[bucket] + available[bucket] for bucket in start}
-
-    lagging = sorted((b for b in start if available[b] > 0), key=lambda b: (-available[b], b))
-    # One record for each lagging bucket first (the largest lags when the budget is smaller
-    # than the number of lagging buckets), then the rest in proportion to what remains.
-    shares = {bucket: 0 for bucket in start}
-    for bucket in lagging[:max_records]:
-        shares[bucket] = 1
-    budget = max_records - sum(shares.values())
-    remaining = {b: available[b] - shares[b] for b in lagging}
-    remaining_total = sum(remaining.values())
-    if budget > 0 and remaining_total > 0:
-        exact = {b: budget * remaining[b] / remaining_total for b in lagging}
-        for bucket in lagging:
-            shares[bucket] += int(exact[bucket])
-        leftover = max_records - sum(shares.values())
-        # Largest-remainder rounding: the total is exactly the budget, never more.
-        by_fraction = sorted(lagging, key=lambda b: (-(exact[b] - int(exact[b])), -available[b], b))
-        for bucket in by_fraction:
-            if leftover == 0:
-                break
-            if shares[bucket] < available[bucket]:
-                shares[bucket] += 1
-                leftover -= 1
-    return {bucket: start[bucket] + shares[bucket] for bucket in start}
+    if total == 0:
+        return {bucket: max(start[bucket], latest.get(bucket, start[bucket])) for bucket in start}
+    end = {}
+    for bucket, position in start.items():
+        size = available.get(bucket)
+        if size is None:
+            end[bucket] = max(position, latest.get(bucket, position))
+            continue
+        prorate = max_records * (size / total)
+        share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        end[bucket] = min(position + size, position + share)
+    return end
 
 
 def plan_ranges(
@@ -78,44 +66,48 @@ def plan_ranges(
     min_partitions: int | None = None,
     max_records_per_partition: int | None = None,
 ) -> list[OffsetRange]:
-    """Cut the batch ``[start, end)`` into balanced ranges, one Spark input partition each.
+    """Cut the batch ``[start, end)`` into ranges, as Spark's
+    ``KafkaOffsetRangeCalculator.getRanges`` does.
 
-    Buckets with nothing to read get no range. A bucket present in ``end`` but not in
-    ``start`` was discovered in this batch: the enumerator adds it at its earliest offset,
-    so it has nothing to read yet. Ranges larger than ``max_records_per_partition`` are cut
-    into equal pieces; if fewer than ``min_partitions`` ranges remain, the larger ranges are
-    cut further in proportion to their size (Spark's ``KafkaOffsetRangeCalculator``).
+    Buckets with nothing to read get no range. Ranges larger than
+    ``max_records_per_partition`` are cut into ``ceil(size / max)`` pieces. If fewer ranges
+    than ``min_partitions`` remain, only the large ones are cut further (SPARK-36576): a
+    range whose share ``size / total * minPartitions`` rounds to one stays whole, and the
+    others split ``minPartitions - unsplit`` in proportion to their size.
     """
-    ranges = [
-        OffsetRange(bucket, start[bucket], end[bucket])
-        for bucket in sorted(end)
-        if bucket in start and end[bucket] > start[bucket]
-    ]
+    ranges = [OffsetRange(b, start[b], end[b]) for b in sorted(end) if b in start and end[b] > start[b]]
     if max_records_per_partition is not None:
-        ranges = [
-            piece
-            for offset_range in ranges
-            for piece in _cut(offset_range, -(-offset_range.size // max_records_per_partition))
-        ]
-    if min_partitions is not None and 0 < len(ranges) < min_partitions:
-        total = sum(r.size for r in ranges)
-        ranges = [
-            piece
-            for offset_range in ranges
-            for piece in _cut(offset_range, max(1, round(offset_range.size / total * min_partitions)))
-        ]
-    return ranges
+        ranges = [piece for r in ranges for piece in _cut(r, math.ceil(r.size / max_records_per_partition))]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    unsplit = {r.bucket for r in ranges if _part_count(r.size, total, min_partitions) == 1}
+    unsplit_total = sum(r.size for r in ranges if r.bucket in unsplit)
+    split_total = total - unsplit_total
+    split_min = max(min_partitions - len([r for r in ranges if r.bucket in unsplit]), 1)
+    return [
+        piece
+        for r in ranges
+        for piece in _cut(r, 1 if r.bucket in unsplit else _part_count(r.size, split_total, split_min))
+    ]
+
+
+def _part_count(size: int, total: int, parts: int) -> int:
+    # Scala's math.round rounds half up; Python's round() rounds half to even.
+    return max(math.floor(size / total * parts + 0.5), 1)
 
 
 def _cut(offset_range: OffsetRange, parts: int) -> list[OffsetRange]:
-    """``offset_range`` in ``parts`` contiguous pieces whose sizes differ by at most one."""
-    parts = max(1, min(parts, offset_range.size))
+    """``offset_range`` in ``parts`` contiguous pieces; the last takes the rounding (Spark's
+    ``getDividedPartition``). Empty pieces are dropped."""
     pieces = []
-    position = offset_range.start
     remaining = offset_range.size
+    position = offset_range.start
     for index in range(parts):
         size = remaining // (parts - index)
-        pieces.append(OffsetRange(offset_range.bucket, position, position + size))
-        position += size
         remaining -= size
+        end = min(position + size, offset_range.end)
+        if end > position:
+            pieces.append(OffsetRange(offset_range.bucket, position, end))
+        position = end
     return pieces

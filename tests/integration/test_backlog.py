@@ -7,37 +7,23 @@ import uuid
 
 import pytest
 
-from backlog_source.broker import delete_topic, produce
-from events.model import BacklogFinishEvent, MalformedEvent
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_noop, wait_for_progress
+from backlog_source.testing.broker import delete_topic, produce
+from events.finish_event import BacklogFinishEvent, MalformedEvent
+from tests.integration.helpers import (
+    fill,
+    log_end_offsets,
+    make_topic,
+    published_events,
+    reader,
+    start_noop,
+    wait_for_progress,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def offsets_of(progress) -> dict:
     return json.loads(progress.sources[0].endOffset)
-
-
-def published_events(broker, control_topic: str, source_id: str) -> list[BacklogFinishEvent]:
-    """Every event on the control topic for ``source_id``."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})
-    consumer.assign([TopicPartition(control_topic, 0, 0)])
-    found, done = [], False
-    while not done:
-        for message in consumer.consume(1000, 5.0) or [None]:
-            if message is None or (message.error() and message.error().code() == -191):
-                done = True
-            elif message.error() is None:
-                try:
-                    event = BacklogFinishEvent.decode(message.value())
-                except MalformedEvent:
-                    continue
-                if event.source_id == source_id:
-                    found.append(event)
-    consumer.close()
-    return found
 
 
 def test_each_bucket_with_backlog_finishes_once_by_its_event_even_with_task_retries(spark, broker, topic_name, tmp_path):
@@ -64,15 +50,17 @@ def test_each_bucket_with_backlog_finishes_once_by_its_event_even_with_task_retr
     query = start_noop(df.select(check(col("partition"), col("offset")).alias("offset")), tmp_path)
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
-        progress = query.recentProgress
-        first = offsets_of(progress[0])
-        assert first["processing_backlog"] is True
-        assert first["backlog"] == {topic_name: {"0": log_end[0], "1": log_end[1]}}  # no boundary for empty p2
-        final = offsets_of(progress[-1])
-        assert final["backlog"] == {}
-        counts = final["event_counts"]
+        (batch,) = query.recentProgress  # the whole backlog fits one batch: no extra batch drops the flag
+        boundaries = {topic_name: {"0": log_end[0], "1": log_end[1]}}  # no boundary for the empty p2
+        # The batch that reaches every boundary carries them (its readers publish the events)
+        # and already reports that no backlog is left.
+        assert offsets_of(batch)["finishing"] == boundaries and offsets_of(batch)["backlog"] == {}
+        # The next batch with data records how the buckets left backlog.
+        fill(broker, topic_name, 1, 1, start=3_000)
+        wait_for_progress(query, lambda p: offsets_of(p)["finishing"] == {} and p.batchId >= 1, what="the next batch")
+        counts = offsets_of(query.recentProgress[-1])["event_counts"]
         assert counts["handled"] == 2 and counts["finished_by_position"] == 0
-        events = published_events(broker, control, first["source_id"])
+        events = published_events(broker, control, offsets_of(batch)["source_id"])
         assert sorted({(e.partition, e.boundary_offset) for e in events}) == [(0, log_end[0]), (1, log_end[1])]
         assert all(e.reached_offset >= e.boundary_offset for e in events)
         assert counts["duplicate"] == len(events) - 2  # retries that published again were ignored
@@ -97,8 +85,8 @@ def test_restore_mid_backlog_keeps_the_boundaries(spark, broker, topic_name, tmp
     try:
         wait_for_progress(restarted, lambda p: True, what="the first batch after the restart")
         after = offsets_of(restarted.recentProgress[0])
-        assert after["source_id"] == before["source_id"]
-        assert after["backlog"][topic_name] == boundaries  # not the new log end
+        assert after["source_id"] == before["source_id"] and after["trace"]["traceparent"] == before["trace"]["traceparent"]
+        assert {**after["backlog"].get(topic_name, {}), **after["finishing"].get(topic_name, {})} == boundaries  # not moved
         wait_for_progress(restarted, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
     finally:
         restarted.stop()
@@ -120,12 +108,18 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
         wait_for_progress(query, lambda p: offsets_of(p)["processing_backlog"], what="the backlog phase")
         make_topic(broker, second, 2, per_partition=50)
         second_end = {str(p): o for p, o in log_end_offsets(broker, second).items()}
-        wait_for_progress(query, lambda p: second in offsets_of(p)["backlog"], what="a boundary for the new topic")
-        discovered = next(offsets_of(p) for p in query.recentProgress if second in offsets_of(p)["backlog"])
-        # The boundary is the log end when the topic was discovered, which may be mid-produce.
-        for partition, boundary in discovered["backlog"][second].items():
+        def tracked(p):
+            offset = offsets_of(p)
+            return {**offset["backlog"].get(second, {}), **offset["finishing"].get(second, {})}
+
+        wait_for_progress(query, lambda p: tracked(p), what="a boundary for the new topic")
+        discovered = next(p for p in query.recentProgress if tracked(p))
+        # The boundary is the log end when the topic was discovered, which may be mid-produce;
+        # the batch that discovers it already reads it (from its earliest offset).
+        for partition, boundary in tracked(discovered).items():
             assert 0 < boundary <= second_end[partition]
-        assert first in discovered["backlog"]  # still mid-backlog
+        assert set(offsets_of(discovered)["starts"][second]) == set(tracked(discovered))
+        assert first in offsets_of(discovered)["backlog"]  # still mid-backlog
     finally:
         query.stop()
     # Tansu's DeleteTopics can hang while a consumer fetches the topic (docs/broker-gaps.md),
@@ -134,34 +128,70 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
     restarted = start()
     try:
         wait_for_progress(
-            restarted, lambda p: first not in offsets_of(p)["backlog"] and first not in offsets_of(p)["positions"],
-            what="the deleted topic to leave the pending set",
+            restarted, lambda p: first not in offsets_of(p)["backlog"] and first not in offsets_of(p)["positions"]
+            and first not in offsets_of(p)["finishing"], what="the deleted topic to leave backlog",
         )
         wait_for_progress(restarted, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
     finally:
         restarted.stop()
 
 
-def test_garbage_foreign_and_stale_control_messages_are_ignored_and_counted(spark, broker, topic_name, tmp_path):
+def test_garbage_foreign_stale_and_forged_control_messages_are_ignored_and_counted(spark, broker, topic_name, tmp_path):
+    """Trust the broker and the plan, not the control topic: a forged event with the query's
+    real source id and the boundary of a partition still far from it changes nothing.
+
+    The messages are published from inside the batch that carries p0 to its boundary (a UDF
+    on p0's last record), so they are on the control topic exactly when the driver reads it.
+    """
     control = f"ctl-{uuid.uuid4().hex[:8]}"
-    make_topic(broker, topic_name, 1, per_partition=10)
-    query = start_noop(reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.eventsTopic": control}), tmp_path)
+    make_topic(broker, topic_name, 2)
+    fill(broker, topic_name, 1, 10)  # p0: 10 records (+ a seal)
+    produce(broker.bootstrap_servers, topic_name, ((1, b"k", b"v") for _ in range(100_000)))  # p1: 100,000
+    p0_last = log_end_offsets(broker, topic_name)[0] - 1
+    bootstrap = broker.bootstrap_servers
+    first_offsets = {}
+
+    def inject(partition, offset):
+        if partition == 0 and offset == p0_last:
+            from confluent_kafka import Producer
+
+            source_id, boundary = first_offsets["source_id"], first_offsets["p1_boundary"]
+            junk = [
+                b"not json",
+                json.dumps({"type": "SomethingElse"}).encode(),
+                b"x" * 100_000,
+                BacklogFinishEvent("another-source", topic_name, 0, 11, 11, 0).encode(),
+                BacklogFinishEvent(source_id, topic_name, 0, 3, 3, 0).encode(),  # stale boundary
+                BacklogFinishEvent(source_id, topic_name, 1, boundary, boundary, 0).encode(),  # forged
+                None,
+            ]
+            producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000})
+            for value in junk:
+                producer.produce(control, value=value, partition=0)
+            producer.flush(30)
+        return offset
+
+    from pyspark.sql.functions import col, udf
+
+    df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=1_000,
+                **{"backlog.eventsTopic": control})
+    # Batch 0 tells the UDF (pickled per batch) the source id and p1's boundary it needs.
+    probe = start_noop(df, tmp_path, name="probe")
+    wait_for_progress(probe, lambda p: True, what="the probe's first batch")
+    probe.stop()
+    first = offsets_of(probe.recentProgress[0])
+    first_offsets.update(source_id=first["source_id"], p1_boundary=first["backlog"][topic_name]["1"])
+    boundary = first_offsets["p1_boundary"]
+    query = start_noop(df.select(udf(inject, "long", useArrow=False)(col("partition"), col("offset"))),
+                       tmp_path, trigger="0 seconds", name="probe")  # the same checkpoint: the same source id
     try:
-        wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
-        source_id = offsets_of(query.recentProgress[0])["source_id"]
-        junk = [
-            b"not json",
-            json.dumps({"type": "SomethingElse"}).encode(),
-            b"x" * 100_000,
-            BacklogFinishEvent("another-source", topic_name, 0, 11, 11, 0).encode(),
-            BacklogFinishEvent(source_id, topic_name, 0, 3, 3, 0).encode(),  # stale boundary
-        ]
-        produce(broker.bootstrap_servers, control, ((0, b"k", v) for v in junk))
-        fill(broker, topic_name, 1, 5, start=10)  # new data: the next batch checkpoints the counts
         wait_for_progress(query, lambda p: offsets_of(p)["event_counts"]["malformed"] >= 3, what="the counts")
-        counts = offsets_of(query.recentProgress[-1])["event_counts"]
-        # The seal record produce() appends to the control topic is malformed too.
-        assert (counts["malformed"], counts["foreign"], counts["duplicate"] + counts["stale"]) == (4, 1, 1)
+        latest = offsets_of(query.recentProgress[-1])
+        counts = latest["event_counts"]
+        assert (counts["malformed"], counts["foreign"], counts["stale"], counts["implausible"]) == (4, 1, 1, 1)
+        assert counts["handled"] == 1  # p0's own event
+        assert latest["processing_backlog"] and latest["backlog"][topic_name]["1"] == boundary  # not finished early
+        assert all(p.numInputRows <= 1_001 for p in query.recentProgress)  # still read at the backlog's pace
         assert query.exception() is None
     finally:
         query.stop()
@@ -176,7 +206,7 @@ def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topi
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the first catch-up")
         fill(broker, topic_name, 2, 400, start=100)  # 802 records: below the re-entry lag
-        fill(broker, topic_name, 2, 2_000, start=500)  # now well above it
+        fill(broker, topic_name, 2, 2_000, start=500)  # now well above it, and more than one 500-record batch
         wait_for_progress(query, lambda p: p.batchId > 0 and offsets_of(p)["processing_backlog"] and
                           offsets_of(p)["positions"][topic_name]["0"] > 101, what="re-entry")
         end = log_end_offsets(broker, topic_name)
@@ -184,7 +214,7 @@ def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topi
             query, lambda p: offsets_of(p)["positions"][topic_name] == {str(k): v for k, v in end.items()}
             and not offsets_of(p)["processing_backlog"], what="the second catch-up",
         )
-        flags = [offsets_of(p)["processing_backlog"] for p in query.recentProgress]
+        flags = [True] + [offsets_of(p)["processing_backlog"] for p in query.recentProgress]  # it started in backlog
         transitions = sum(1 for a, b in zip(flags, flags[1:]) if a != b)
         assert transitions == 3  # in -> out, out -> in (re-entry), in -> out
     finally:

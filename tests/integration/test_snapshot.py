@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from backlog_source.snapshot import SnapshotError, take_snapshot
-from backlog_source.snapshot.writer import load_manifest, read_partition
-from tests.integration.helpers import log_end_offsets, make_topic, produce
+from backlog_core.errors import SnapshotError
+from backlog_source.snapshot import take_snapshot
+from backlog_core.snapshot_manifest import load_manifest
+from backlog_source.snapshot import read_partition
+from tests.integration.helpers import log_end_offsets, make_topic, produce, published_events
 
 pytestmark = pytest.mark.integration
 
@@ -143,9 +145,11 @@ def test_snapshot_then_tail_gives_the_state_of_replaying_the_whole_log(spark, br
 
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
     assert end["processing_backlog"] is False and end["snapshot"]["pending"] == {}
-    assert end["event_counts"]["handled"] == 3  # two log readers and the snapshot-only reader
-    first = json.loads(query.recentProgress[0]["sources"][0]["endOffset"])
-    assert first["backlog"][topic_name]["2"] == manifest.partitions[2].log_offset  # snapshot-only boundary
+    # One batch read the snapshot and the tail, reaching every boundary; partition 2's is its
+    # snapshot's log offset (nothing after it), and its snapshot reader reported it.
+    assert len(query.recentProgress) == 1 and end["finishing"][topic_name]["2"] == manifest.partitions[2].log_offset
+    events = published_events(broker, "_backlog_events", end["source_id"])
+    assert sorted(e.partition for e in events) == [0, 1, 2]  # two log readers and the snapshot-only reader
 
 
 @pytest.mark.parametrize("problem, message", [

@@ -4,11 +4,11 @@ own process group (this Python driver and its Spark JVM) at a named point.
     python -m tests.reliability.crash_job BOOTSTRAP TOPIC OUT_DIR --crash-at POINT
 
 Points: ``mid_backlog`` (while a high-throughput batch runs), ``after_boundary`` (the batch
-whose positions reached every boundary has committed, before the flag drops),
-``during_switch`` (the controller is stopping/starting the query), ``low_latency`` (in
-low-latency mode, between batches), ``after_commit`` (inside the progress callback of a
-committed batch), ``none`` (run until in low-latency mode and caught up with the log end,
-then stop and exit 0).
+that reached every boundary has committed, before the next plan settles it),
+``during_switch`` (around the switch to low latency), ``low_latency`` (in low-latency mode,
+between batches), ``after_commit`` (inside the progress callback of a committed batch),
+``none`` (run until in low-latency mode, make one more low-latency batch run, and once
+caught up with the log end stop and exit 0).
 ``JOB_MASTER`` picks the Spark master (default ``local[2]``); ``OTEL_*`` variables are passed
 to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so the kill does not reach the caller.
 """
@@ -78,20 +78,17 @@ def main() -> None:
         def onQueryProgress(self, event):
             progress = event.progress
             end = json.loads(progress.sources[0].endOffset)
-            positions, backlog = end["positions"], end["backlog"]
             handle = state["handle"]
             mode = handle.mode if handle else None
             note("batch", batch=progress.batchId, rows=progress.numInputRows, backlog=end["processing_backlog"],
                  mode=mode)
-            if args.crash_at == "after_boundary" and backlog and all(
-                positions[t][p] >= boundary for t, parts in backlog.items() for p, boundary in parts.items()
-            ):
-                crash("every position reached its boundary; the flag has not dropped yet")
+            if args.crash_at == "after_boundary" and end["finishing"] and not end["backlog"]:
+                crash("the batch that reached every boundary committed; nothing has settled it yet")
             if args.crash_at == "during_switch" and not end["processing_backlog"] and mode == "high-throughput":
-                # The controller starts stopping the query now; the restart takes ~1 s.
-                threading.Timer(0.4, crash, args=("mid-switch",)).start()
+                # The controller switches as it handles this very event (in place: at once).
+                threading.Timer(0.05, crash, args=("around the switch",)).start()
             if mode == "low-latency" and progress.numInputRows > 0:
-                state["ll_batches"] += 1
+                state["ll_batches"] = max(state["ll_batches"], 0) + 1
                 if args.crash_at == "after_commit" and state["ll_batches"] >= 2:
                     crash("right after a batch commit")
 
@@ -112,17 +109,37 @@ def main() -> None:
                 crash("a high-throughput batch is running")
         if args.crash_at == "low_latency" and handle.mode == "low-latency" and state["ll_batches"] >= 2:
             crash("in low-latency mode")
-        if args.crash_at == "none" and handle.mode == "low-latency" and caught_up(query, args):
+        if args.crash_at == "none" and handle.mode == "low-latency" and state["ll_batches"] == 0:
+            # One more record, so a low-latency batch runs: the plan of that batch settles
+            # the one that reached the boundaries (events handled, phase and bucket spans
+            # exported) before the job stops.
+            poke(args)
+            state["ll_batches"] = -1
+        if args.crash_at == "none" and handle.mode == "low-latency" and state["ll_batches"] > 0 and caught_up(query, args):
             handle.stop()
             status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+            import backlog_source
+
+            # Where the driver and an executor's Python worker import the package from.
+            executor_module = (spark.sparkContext.parallelize([0], 1)
+                               .map(lambda _: __import__("backlog_source").__file__).collect()[0])
             note("caught up and stopped", master=spark.sparkContext.master, mode=handle.mode,
                  transitions=[t.__dict__ for t in handle.transitions],
+                 driver_module=backlog_source.__file__, executor_module=executor_module,
                  block_managers=[str(k) for k in spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters
                                  .asJava(status.keySet())])
             spark.stop()
             return
     note("deadline passed")
     sys.exit(4)
+
+
+def poke(args) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 0})
+    producer.produce(args.topic, key=b"poke", value=b"poke", partition=0)
+    producer.flush(30)
 
 
 def caught_up(query, args) -> bool:

@@ -4,14 +4,15 @@ import json
 
 import pytest
 
-from backlog_source import span_names as names
-from backlog_source.buckets import Bucket
-from backlog_source.errors import OffsetFormatError
-from backlog_source.trace_context import SpanContextIds
-from enumerator.offsets import SourceOffset
-from enumerator.phase_trace import Finish, PhaseTrace, advance, bucket_traceparent
+from backlog_core import span_names as names
+from backlog_core.buckets import Bucket
+from backlog_core.errors import OffsetFormatError
+from backlog_core.trace_context import SpanContextIds
+from backlog_core.offset import SourceOffset
+from backlog_core.offset import PhaseTrace, bucket_traceparent
+from enumerator.phase_trace import Finish, advance
 from enumerator.enumerator import ReadBudget
-from tests.unit.test_backlog import event, make
+from tests.unit.enumerator.test_boundaries import event, make
 
 A0, A1, B0 = Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)
 
@@ -111,24 +112,25 @@ def test_a_malformed_trace_in_the_offset_is_a_clear_error(bad):
 # ----------------------------------------------------------------- the enumerator's spans
 
 
-def test_the_enumerator_exports_bucket_and_phase_spans_as_events_arrive(monkeypatch):
+def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_commits(monkeypatch):
     exported = []
-    monkeypatch.setattr("backlog_source.telemetry.export", lambda records: exported.extend(records))
+    monkeypatch.setattr("backlog_core.telemetry.export", lambda records: exported.extend(records))
     enumerator, client, control = make()
     start = enumerator.initial_offset()
     assert start.trace is not None and set(start.trace.buckets) == {A0, Bucket("a", 2)}
-    small = ReadBudget(max_records=10)  # keeps a-2 below its boundary (no safety net)
-    first = enumerator.latest_offset(start, small)
+    first = enumerator.latest_offset(start, ReadBudget(max_records=10))  # reaches no boundary
     assert exported == [] and first.trace == start.trace
-    control.values.append(event(start, A0, reached=100))
-    second = enumerator.latest_offset(first, small)
-    assert [(s.name, s.attributes[names.DESTINATION_PARTITION]) for s in exported] == [(names.BUCKET, "0")]
-    # A restarted enumerator (a new object) continues from the checkpointed offset.
-    restarted, _, _ = make()
-    restarted._control = control
-    restarted._client = client
-    control.values.append(event(start, Bucket("a", 2)))
-    third = restarted.latest_offset(SourceOffset.from_json(second.to_json()), small)
-    assert [s.name for s in exported] == [names.BUCKET, names.BUCKET, names.PHASE]
-    assert len({s.ids.trace_id for s in exported}) == 1
-    assert exported[-1].ids == start.trace.ids and not third.trace.open
+    second = enumerator.latest_offset(first, ReadBudget())  # reaches both; open until it commits
+    assert exported == [] and second.trace.open and not second.processing_backlog
+    control.values.append(event(second, A0))
+    # The first poll after the commit ends the spans and the phase, even with no new data
+    # (and so no batch): a trace shows the phase's end when it happened.
+    assert enumerator.latest_offset(second, ReadBudget()) is second
+    assert [(s.name, s.attributes.get(names.FINISHED_BY)) for s in exported] == [
+        (names.BUCKET, "event"), (names.BUCKET, "position"), (names.PHASE, None)]
+    assert exported[-1].ids == start.trace.ids and len({s.ids.trace_id for s in exported}) == 1
+    # Later polls, and the batch that finally carries the change, export nothing again.
+    assert enumerator.latest_offset(second, ReadBudget()) is second
+    client.append("a", 1, 1)
+    third = enumerator.latest_offset(second, ReadBudget())
+    assert len(exported) == 3 and not third.trace.open

@@ -1,8 +1,10 @@
+"""Planning on a fake cluster: starting positions, limits, discovery, data loss, AvailableNow."""
+
 import pytest
 
-from backlog_source.buckets import Bucket
-from backlog_source.errors import ConfigError, DataLossError
-from backlog_source.settings import parse_options
+from backlog_core.buckets import Bucket
+from backlog_core.errors import ConfigError, DataLossError
+from backlog_core.settings import parse_options
 from enumerator.enumerator import Enumerator, ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
@@ -92,21 +94,22 @@ def test_latest_offset_returns_start_itself_when_nothing_is_new():
     assert enumerator.latest_offset(start, ReadBudget()) is start
 
 
-def test_max_records_caps_the_batch():
+def test_max_records_caps_the_batch_with_sparks_allocation():
     enumerator, _ = make({"startingOffsets": "earliest"})
     end = enumerator.latest_offset(enumerator.initial_offset(), ReadBudget(max_records=30))
-    assert sum(end.positions.values()) - 10 == 30
+    # Lags 100 and 40: floor(30 * 100/140) = 21 and floor(30 * 40/140) = 8.
+    assert end.positions == {A0: 21, A1: 18}
 
 
-def test_partition_added_to_a_known_topic_is_read_from_its_earliest_offset():
+def test_partition_added_to_a_known_topic_is_read_from_its_earliest_offset_in_the_same_batch():
+    """Spark plans a new partition from its earliest offset in the batch that finds it
+    (KafkaOffsetReaderAdmin.getOffsetRangesFromResolvedOffsets): no empty batch first."""
     enumerator, client = make()
     start = enumerator.initial_offset()
     client.topics["a"].append((7, 20))
     end = enumerator.latest_offset(start, ReadBudget())
-    assert end.positions[Bucket("a", 2)] == 7  # enters at earliest: the next batch reads 7..20
-    client.calls.clear()
-    after = enumerator.latest_offset(end, ReadBudget())
-    assert after.positions[Bucket("a", 2)] == 20
+    assert end.starts == {Bucket("a", 2): 7} and end.positions[Bucket("a", 2)] == 20
+    assert enumerator.latest_offset(end, ReadBudget()) is end
 
 
 def test_subscribe_pattern_discovers_new_topics_and_skips_the_control_topic():
@@ -143,26 +146,29 @@ def test_offsets_moving_backwards_fail_or_restart_at_earliest():
     start = enumerator.initial_offset()
     client.topics["a"] = [(0, 3), (10, 50)]
     end = enumerator.latest_offset(start, ReadBudget())
-    assert end.positions == {A0: 0, A1: 50}  # restarts at earliest; nothing skipped
-    assert enumerator.latest_offset(end, ReadBudget()).positions == {A0: 3, A1: 50}
+    assert end.starts == {A0: 0} and end.positions == {A0: 3, A1: 50}  # from its earliest; nothing skipped
 
 
-def test_min_records_waits_until_max_trigger_delay():
+def test_the_first_batch_runs_under_min_records_and_later_ones_wait_for_max_trigger_delay():
+    """KafkaMicroBatchStream.delayBatch starts its clock at 0, so the first trigger of a run
+    never waits for maxTriggerDelay (the default 15m would otherwise delay a new query)."""
     clock = FakeClock()
     enumerator, client = make({"maxTriggerDelay": "10s"}, clock=clock)
     start = enumerator.initial_offset()
     client.append("a", 0, 5)
     budget = ReadBudget(min_records=20)
-    assert enumerator.latest_offset(start, budget) is start
+    first = enumerator.latest_offset(start, budget)
+    assert first.positions == {A0: 105, A1: 50}  # 5 < 20, but the first trigger runs
+    client.append("a", 0, 5)
     clock.advance(9)
-    assert enumerator.latest_offset(start, budget) is start
+    assert enumerator.latest_offset(first, budget) is first
     client.append("a", 1, 15)
-    end = enumerator.latest_offset(start, budget)  # 20 available now
-    assert end.positions == {A0: 105, A1: 65}
+    second = enumerator.latest_offset(first, budget)  # 20 available now
+    assert second.positions == {A0: 110, A1: 65}
     client.append("a", 0, 1)
-    assert enumerator.latest_offset(end, budget) is end
+    assert enumerator.latest_offset(second, budget) is second
     clock.advance(10)
-    assert enumerator.latest_offset(end, budget).positions == {A0: 106, A1: 65}
+    assert enumerator.latest_offset(second, budget).positions == {A0: 111, A1: 65}
 
 
 def test_available_now_stops_at_the_offsets_captured_at_start():
@@ -173,13 +179,29 @@ def test_available_now_stops_at_the_offsets_captured_at_start():
     client.topics["a"].append((0, 10))  # a partition added later is not read in this run
     first = enumerator.latest_offset(start, ReadBudget(max_records=60))
     second = enumerator.latest_offset(first, ReadBudget(max_records=1_000))
-    assert second.positions == {A0: 100, A1: 50, Bucket("a", 2): 0}
-    # One more batch records that the backlog finished (by committed position here, as the
-    # fake control topic carries no events); then the offset stops changing and the run ends.
-    third = enumerator.latest_offset(second, ReadBudget(min_records=10_000))
-    assert third.positions == second.positions
-    assert third.backlog == {Bucket("a", 2): 10}  # discovered later: unread in this run, still pending
-    assert enumerator.latest_offset(third, ReadBudget(min_records=10_000)) is third
+    assert second.positions == {A0: 100, A1: 50}
+    assert not second.processing_backlog
+    # Nothing is left: no extra batch to record the end of the backlog (Spark runs none).
+    assert enumerator.latest_offset(second, ReadBudget(max_records=1_000)) is second
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_available_now_fails_when_its_planned_end_is_gone_whatever_fail_on_data_loss_says(fail_on_data_loss):
+    """KafkaMicroBatchStream.verifyEndOffsetForTriggerAvailableNow: a topic re-created
+    shorter, or a partition deleted, during an AvailableNow run fails it."""
+    enumerator, client = make({"startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss})
+    start = enumerator.initial_offset()
+    enumerator.prepare_for_available_now()
+    first = enumerator.latest_offset(start, ReadBudget(max_records=20))
+    client.topics["a"] = [(0, 30), (10, 50)]  # a-0 re-created with fewer records than planned
+    with pytest.raises(DataLossError, match="a-0 ends at 30, below the planned end 100.*whatever failOnDataLoss says"):
+        enumerator.latest_offset(first, ReadBudget(max_records=20))
+    enumerator, client = make({"startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss})
+    start = enumerator.initial_offset()
+    enumerator.prepare_for_available_now()
+    client.topics["a"] = [(0, 100)]  # a-1 deleted
+    with pytest.raises(DataLossError, match="a-1 no longer exists"):
+        enumerator.latest_offset(start, ReadBudget())
 
 
 def test_assign_of_missing_partition_is_a_clear_error():
@@ -195,4 +217,4 @@ def test_missing_subscribed_topic_is_waited_for():
     assert Bucket("later", 0) not in start.positions
     client.topics["later"] = [(0, 4)]
     end = enumerator.latest_offset(start, ReadBudget())
-    assert end.positions[Bucket("later", 0)] == 0
+    assert end.starts[Bucket("later", 0)] == 0 and end.positions[Bucket("later", 0)] == 4

@@ -1,0 +1,282 @@
+"""The enumerator's narrow view of Kafka: metadata and offsets, nothing else.
+
+:class:`OffsetsClient` is the protocol the enumerator depends on; :class:`KafkaOffsetsClient`
+implements it with confluent-kafka's ``AdminClient`` and is the only module of the
+enumerator that imports confluent_kafka. Unit tests use an in-memory fake instead.
+
+Which process: the driver's planner worker (and, for a probe, the user's driver program).
+The AdminClient is created on first use, kept for the life of the client (one connection
+for every batch of the run), and never pickled.
+
+Every call is bounded by one deadline, ``kafka.default.api.timeout.ms`` (30 s by default),
+retries included, as Spark's Kafka source bounds its driver requests by the Java client's
+setting of that name. Inside the deadline a failed request is retried
+``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart. Errors that
+retrying cannot fix (a rejected configuration, failed authentication, missing
+authorization) are raised at once. Each offsets call is one batched ``ListOffsets`` request
+for all buckets (per broker), not one request per partition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from confluent_kafka import IsolationLevel as KafkaIsolation
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from backlog_core.buckets import Bucket
+from backlog_core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
+from backlog_core.settings import SourceSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Errors no retry can fix: they are configuration problems and are raised at once.
+_NOT_RETRIABLE = {
+    KafkaError._INVALID_ARG,
+    KafkaError._SSL,
+    KafkaError._AUTHENTICATION,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """A topic's id (a re-created topic gets a new one) and partition count."""
+
+    topic_id: str
+    partitions: int
+
+    def __str__(self) -> str:
+        return f"id {self.topic_id}, {self.partitions} partition(s)"
+
+
+class OffsetsClient(Protocol):
+    """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`."""
+
+    def partition_counts(self) -> dict[str, int]:
+        """Every non-internal topic the cluster has, with its partition count."""
+
+    def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        """The first available offset of each bucket."""
+
+    def latest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        """The log end offset of each bucket: the high watermark, or the last stable offset
+        under ``isolation.level=read_committed``."""
+
+    def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
+        """The first offset whose timestamp is >= the given one, or None when there is none."""
+
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        """Create ``topic`` if it is missing. Raises :class:`ControlTopicError` if it cannot."""
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        """The topic's id and partition count, or None when it does not exist."""
+
+    def close(self) -> None:
+        """Release the client; it may be used again afterwards (it is recreated)."""
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How long and how often driver-side requests are tried (see the module docstring)."""
+
+    timeout_ms: int = 30_000
+    num_retries: int = 3
+    retry_interval_ms: int = 10
+
+    @classmethod
+    def of(cls, settings: SourceSettings) -> "RequestPolicy":
+        return cls(settings.api_timeout_ms, settings.fetch_offset_num_retries, settings.fetch_offset_retry_interval_ms)
+
+
+class _LastFailure(logging.Handler):
+    """Keeps the latest line librdkafka logged about a broker connection, so an error can say
+    why (``Connection refused``, ``Failed to resolve ...``) instead of "transport failure".
+
+    librdkafka retries a dead broker every few hundred milliseconds and logs each attempt; the
+    lines go here rather than to the job's log, and one warning per failed request says it.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.line: str | None = None
+        self.logger = logging.getLogger(f"{__name__}.librdkafka.{next(self._ids)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.WARNING)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # "FAIL [rdkafka#producer-1] [thrd:...]: host:port/bootstrap: Connect to ... failed: ..."
+        self.line = record.getMessage().split("]: ", 2)[-1]
+
+
+class KafkaOffsetsClient:
+    """:class:`OffsetsClient` over confluent-kafka's AdminClient, bounded by a
+    :class:`RequestPolicy`."""
+
+    def __init__(self, kafka: KafkaClientConfig, policy: RequestPolicy = RequestPolicy(), *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._kafka = kafka
+        self._policy = policy
+        self._clock = clock
+        self._sleep = sleep
+        self._admin: AdminClient | None = None
+        self._failure: _LastFailure | None = None
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> "KafkaOffsetsClient":
+        return cls(settings.kafka, RequestPolicy.of(settings))
+
+    def __getstate__(self) -> dict:
+        # A live AdminClient cannot be pickled; a copy reconnects on first use.
+        return {**self.__dict__, "_admin": None, "_failure": None}
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            self._failure = _LastFailure()
+            try:
+                self._admin = AdminClient(self._kafka.librdkafka(ClientRole.ADMIN, logger=self._failure.logger))
+            except KafkaException as exc:
+                raise ConfigError(f"the kafka.* options are not a valid client configuration: "
+                                  f"{self._kafka.redact(_error_text(exc))}") from None
+        return self._admin
+
+    def close(self) -> None:
+        # AdminClient has no close(); dropping the last reference ends its threads.
+        self._admin = None
+
+    def _call(self, what: str, request: Callable[[float], T]) -> T:
+        """Run ``request(timeout_s)`` until it succeeds, a non-retriable error occurs, the
+        retries are used up or the deadline passed."""
+        policy = self._policy
+        deadline = self._clock() + policy.timeout_ms / 1000
+        for attempt in range(1, policy.num_retries + 2):
+            remaining = deadline - self._clock()
+            try:
+                return request(max(remaining, 0.001))
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is not None and error.code() in _NOT_RETRIABLE:
+                    raise ConfigError(
+                        f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
+                        "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
+                    ) from None
+                failure = exc
+            except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
+                failure = exc
+            remaining = deadline - self._clock()
+            if attempt > policy.num_retries or remaining <= policy.retry_interval_ms / 1000:
+                raise KafkaUnavailableError(
+                    f"{what} failed: no answer from Kafka at {self._kafka.bootstrap_servers} within "
+                    f"{policy.timeout_ms} ms (kafka.default.api.timeout.ms; {attempt} attempt(s), "
+                    f"fetchOffset.numRetries={policy.num_retries}): {self._reason(failure)}. Check "
+                    "kafka.bootstrap.servers and that the brokers are reachable from the driver"
+                ) from None
+            log.warning("%s failed (attempt %d), retrying: %s", what, attempt, self._reason(failure))
+            self._sleep(policy.retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def _reason(self, exc: BaseException) -> str:
+        text = _error_text(exc)
+        if self._admin is not None:
+            self._admin.poll(0)  # serve librdkafka's log queue into _LastFailure
+        if self._failure is not None and self._failure.line:
+            text = f"{text} (last connection error: {self._failure.line})"
+        return self._kafka.redact(text)
+
+    def partition_counts(self) -> dict[str, int]:
+        def request(timeout_s: float) -> dict[str, int]:
+            metadata = self._client().list_topics(timeout=timeout_s)
+            return {
+                name: len(topic.partitions)
+                for name, topic in metadata.topics.items()
+                if topic.error is None and not name.startswith("__")
+            }
+
+        return self._call("listing topics", request)
+
+    def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
+
+    def latest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        return self._list_offsets("fetching latest offsets", {b: OffsetSpec.latest() for b in buckets})
+
+    def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
+        found = self._list_offsets(
+            "fetching offsets for timestamps", {b: OffsetSpec.for_timestamp(ts) for b, ts in timestamps.items()}
+        )
+        # Kafka answers -1 when no record has a timestamp >= the one asked for.
+        return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
+
+    def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec]) -> dict[Bucket, int]:
+        if not specs:
+            return {}
+        isolation = (
+            KafkaIsolation.READ_COMMITTED
+            if self._kafka.isolation_level is IsolationLevel.READ_COMMITTED
+            else KafkaIsolation.READ_UNCOMMITTED
+        )
+
+        def request(timeout_s: float) -> dict[Bucket, int]:
+            admin = self._client()  # keep referenced until the futures resolve
+            futures = admin.list_offsets(
+                {TopicPartition(b.topic, b.partition): spec for b, spec in specs.items()},
+                isolation_level=isolation,
+                request_timeout=timeout_s,
+            )
+            return {
+                Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
+                for tp, future in futures.items()
+            }
+
+        return self._call(what, request)
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        def request(timeout_s: float) -> TopicIdentity | None:
+            future = self._client().describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+            try:
+                description = future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is not None and error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    return None
+                raise
+            return TopicIdentity(str(description.topic_id), len(description.partitions))
+
+        return self._call(f"describing topic {topic!r}", request)
+
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        if topic in self.partition_counts():
+            return
+        admin = self._client()
+        timeout_s = self._policy.timeout_ms / 1000
+        future = admin.create_topics([NewTopic(topic, partitions)], request_timeout=timeout_s)[topic]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return  # another query created it first
+            raise ControlTopicError(
+                f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
+                f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
+                "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
+            ) from None
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    return str(exc) or type(exc).__name__
