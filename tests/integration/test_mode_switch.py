@@ -1,24 +1,31 @@
-"""start_backlog_aware with the embedded broker and real Spark."""
+"""start_backlog_aware with the embedded broker and real Spark: in place, and by restart."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
 from backlog_source import ConfigError, start_backlog_aware
+from backlog_source.mode_switch import switchers
+from backlog_source.mode_switch.writer_info import describe_writer
 from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, wait_for
 
 pytestmark = pytest.mark.integration
+
+
+def end_offset(progress) -> dict:
+    return json.loads(progress["sources"][0]["endOffset"])
 
 
 def positions(query, topic):
     progress = query.lastProgress
     if not progress or not progress["sources"][0]["endOffset"]:
         return None
-    return json.loads(progress["sources"][0]["endOffset"])["positions"].get(topic)
+    return end_offset(progress)["positions"].get(topic)
 
 
 def wait_caught_up(handle, broker, topic, timeout=180):
@@ -29,12 +36,57 @@ def wait_caught_up(handle, broker, topic, timeout=180):
     wait_for(done, timeout, "the query to reach the log end")
 
 
-@pytest.mark.parametrize("sink", ["parquet", "foreachBatch"])
-def test_exactly_once_over_a_switch_under_live_traffic(spark, broker, topic_name, tmp_path, sink):
-    make_topic(broker, topic_name, 2, per_partition=50_000)
-    out, ckpt = tmp_path / "out", str(tmp_path / "ckpt")
-    df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest",
-                **{"backlog.maxOffsetsPerTrigger": 40_000, "maxOffsetsPerTrigger": 5_000})
+def trigger_times(progresses) -> list[float]:
+    return [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() for p in progresses]
+
+
+class LiveTraffic:
+    """Records into ``partitions`` partitions from a thread, in small bursts, until stopped."""
+
+    def __init__(self, broker, topic, partitions, start, per_burst=50):
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(broker, topic, partitions, start, per_burst))
+
+    def _run(self, broker, topic, partitions, n, per_burst):
+        while not self.stop_event.is_set():
+            fill(broker, topic, partitions, per_burst, start=n)
+            n += per_burst
+            self.stop_event.wait(0.05)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(timeout=120)
+
+
+def assert_low_latency_cadence(progresses, interval_s):
+    """Spark's ProcessingTimeExecutor starts a trigger at the next multiple of the interval,
+    or at once when the previous batch overran it: every trigger here must be one of those."""
+    for previous, current in zip(progresses, progresses[1:]):
+        start = trigger_times([current])[0]
+        previous_end = trigger_times([previous])[0] + previous["durationMs"]["triggerExecution"] / 1000
+        phase = start % interval_s
+        on_the_grid = min(phase, interval_s - phase) < 0.05
+        assert on_the_grid or start - previous_end < 0.1, (previous["timestamp"], current["timestamp"])
+
+
+def assert_triggers_on_the_grid(handle, broker, topic, interval_s, probes=3):
+    """With nothing else to read, a record produced at a random moment is read by the next
+    trigger of the grid (a 0 s trigger would start at once, anywhere): three probes, each on
+    the grid within 100 ms, leave a 0 s cadence less than a 1% chance to pass."""
+    for probe in range(probes):
+        seen = len(handle.query.recentProgress)
+        fill(broker, topic, 1, 1, start=5_000_000 + probe)
+        wait_for(lambda: len(handle.query.recentProgress) > seen, 60, "the probe's batch")
+        start = trigger_times([handle.query.recentProgress[-1]])[0]
+        phase = start % interval_s
+        assert min(phase, interval_s - phase) < 0.1, handle.query.recentProgress[-1]["timestamp"]
+
+
+def writer_of(df, sink, out, ckpt):
     if sink == "parquet":
         writer = df.writeStream.format("parquet").option("path", str(out))
     else:
@@ -43,66 +95,133 @@ def test_exactly_once_over_a_switch_under_live_traffic(spark, broker, topic_name
             batch_df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
 
         writer = df.writeStream.foreachBatch(write_batch)
-    writer = writer.option("checkpointLocation", ckpt)
+    return writer.option("checkpointLocation", str(ckpt))
 
-    stop_live = threading.Event()
 
-    def live_traffic():
-        n = 50_000
-        while not stop_live.is_set() and n < 60_000:
-            fill(broker, topic_name, 2, 100, start=n)
-            n += 100
-            time.sleep(0.05)
-
-    handle = start_backlog_aware(writer, high_throughput_interval="0 seconds", low_latency_interval="500 milliseconds")
-    producer = threading.Thread(target=live_traffic)
-    producer.start()
-    try:
-        assert handle.mode == "high-throughput"
-        wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency")
-        producer.join(timeout=120)
-        wait_caught_up(handle, broker, topic_name)
-        (transition,) = handle.transitions
-        assert (transition.from_mode, transition.to_mode) == ("high-throughput", "low-latency")
-        assert transition.restart_seconds < 30
-    finally:
-        stop_live.set()
-        handle.stop()
-    expected = sum(log_end_offsets(broker, topic_name).values())
+def assert_exactly_once(spark, broker, topic, out):
+    expected = sum(log_end_offsets(broker, topic).values())
     rows = spark.read.parquet(str(out)).select("partition", "offset")
     assert rows.count() == expected
     assert rows.distinct().count() == expected
 
-    # A caught-up restart on the same checkpoint begins in low latency, with no restart.
-    again = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
-    try:
-        assert again.mode == "low-latency"
-        fill(broker, topic_name, 2, 10, start=70_000)
-        wait_caught_up(again, broker, topic_name)
-        assert again.transitions == []
-    finally:
-        again.stop()
 
-
-def test_reentry_switches_to_high_throughput_and_back_once_each(spark, broker, topic_name, tmp_path):
-    make_topic(broker, topic_name, 2, per_partition=10)
-    writer = (
-        reader(spark, broker, subscribe=topic_name, startingOffsets="earliest",
-               **{"backlog.reenterLag": 5_000, "backlog.maxOffsetsPerTrigger": 4_000})
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
-    )
-    handle = start_backlog_aware(writer, "0 seconds", "300 milliseconds")
+@pytest.mark.parametrize("sink", ["parquet", "foreachBatch"])
+def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker, topic_name, tmp_path, sink):
+    """Backlog -> low latency -> re-entry -> low latency, all in place, under live traffic:
+    one query object, one run id, the low-latency cadence after the switch, exactly once."""
+    make_topic(broker, topic_name, 2, per_partition=30_000)
+    out = tmp_path / "out"
+    df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=2_000,
+                **{"backlog.maxOffsetsPerTrigger": 20_000, "backlog.reenterLag": 10_000})
+    handle = start_backlog_aware(writer_of(df, sink, out, tmp_path / "ckpt"), "0 seconds", "1 second")
+    query, run_id = handle.query, str(handle.query.runId)
     try:
-        wait_for(lambda: handle.mode == "low-latency", 120, "the end of the initial backlog")
-        settled = len(handle.transitions)
-        fill(broker, topic_name, 2, 20_000, start=10)  # 40k records > reenterLag
-        wait_for(lambda: len(handle.transitions) == settled + 2, 180, "re-entry and exit")
-        modes = [(t.from_mode, t.to_mode) for t in handle.transitions[settled:]]
-        assert modes == [("low-latency", "high-throughput"), ("high-throughput", "low-latency")]
+        assert handle.switch_method == "in-place" and handle.mode == "high-throughput"
+        with LiveTraffic(broker, topic_name, 2, start=30_000):
+            wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency")
+            fill(broker, topic_name, 2, 25_000, start=1_000_000)  # a burst well above backlog.reenterLag
+            wait_for(lambda: len(handle.transitions) == 3, 180, "re-entry and its end")
+            wait_for(lambda: handle.transitions[-1].effective_seconds is not None, 60, "the last switch to take effect")
         wait_caught_up(handle, broker, topic_name)
-        assert len(handle.transitions) == settled + 2
+        assert_triggers_on_the_grid(handle, broker, topic_name, interval_s=1.0)
+        assert [(t.from_mode, t.to_mode, t.method) for t in handle.transitions] == [
+            ("high-throughput", "low-latency", "in-place"), ("low-latency", "high-throughput", "in-place"),
+            ("high-throughput", "low-latency", "in-place")]
+        assert handle.query is query and str(query.runId) == run_id  # never restarted
+        assert [q.id for q in spark.streams.active] == [query.id]
+        last_switch = handle.transitions[-1]
+        effective = last_switch.at + last_switch.effective_seconds
+        assert_low_latency_cadence([p for p in query.recentProgress if trigger_times([p])[0] >= effective], 1.0)
+        batch_ids = [p["batchId"] for p in query.recentProgress]
+        assert batch_ids == sorted(set(batch_ids))  # no batch interrupted or replayed
     finally:
         handle.stop()
+    assert_exactly_once(spark, broker, topic_name, out)
+
+
+def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tmp_path):
+    """The headline case (issue 12): drain with backlog.maxOffsetsPerTrigger=20000, reach low
+    latency, stop; 300k records arrive; restart on the same checkpoint with the same
+    options: high-throughput with 20k batches, then low latency at the new boundaries."""
+    make_topic(broker, topic_name, 2, per_partition=50_000)
+    out = tmp_path / "out"
+
+    def start():
+        df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest",
+                    **{"backlog.maxOffsetsPerTrigger": 20_000})
+        return start_backlog_aware(writer_of(df, "parquet", out, tmp_path / "ckpt"), "0 seconds", "1 second")
+
+    handle = start()
+    try:
+        wait_for(lambda: handle.mode == "low-latency", 180, "the first catch-up")
+        wait_caught_up(handle, broker, topic_name)
+    finally:
+        handle.stop()
+    fill(broker, topic_name, 2, 150_000, start=50_000)  # 300k records while the job is down
+    handle = start()
+    try:
+        assert handle.mode == "high-throughput"
+        wait_for(lambda: handle.mode == "low-latency", 240, "the switch after the restart's backlog")
+        wait_caught_up(handle, broker, topic_name)
+        progresses = handle.query.recentProgress
+        backlog_batches = [p for p in progresses if end_offset(p)["processing_backlog"]]
+        assert len(backlog_batches) >= 10  # 300k records at 20k per batch, not one uncapped batch
+        assert all(p["numInputRows"] <= 20_002 for p in progresses)
+        first = end_offset(progresses[0])
+        restart_boundaries = {**first["backlog"].get(topic_name, {}), **first["finishing"].get(topic_name, {})}
+        assert restart_boundaries == {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
+        assert [(t.from_mode, t.to_mode) for t in handle.transitions] == [("high-throughput", "low-latency")]
+    finally:
+        handle.stop()
+    assert_exactly_once(spark, broker, topic_name, out)
+
+
+@pytest.mark.parametrize("how", ["forced", "field-not-found"])
+def test_the_restart_method_keeps_the_same_guarantees(spark, broker, topic_name, tmp_path, how, monkeypatch):
+    make_topic(broker, topic_name, 2, per_partition=40_000)
+    if how == "field-not-found":  # a Spark whose executor has no such field: fall back, say why
+        monkeypatch.setattr(switchers, "INTERVAL_FIELD", "noSuchField")
+    out = tmp_path / "out"
+    df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=5_000,
+                **{"backlog.maxOffsetsPerTrigger": 30_000})
+    handle = start_backlog_aware(writer_of(df, "foreachBatch", out, tmp_path / "ckpt"), "0 seconds", "500 milliseconds",
+                                 switch_method="restart" if how == "forced" else "auto")
+    first = handle.query
+    try:
+        assert handle.switch_method == "restart"
+        with LiveTraffic(broker, topic_name, 2, start=40_000, per_burst=20):
+            wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency")
+        wait_caught_up(handle, broker, topic_name)
+        (transition,) = handle.transitions
+        assert transition.method == "restart" and transition.restart_seconds > 0
+        assert handle.query is not first and handle.query.id == first.id and handle.query.runId != first.runId
+    finally:
+        handle.stop()
+    assert_exactly_once(spark, broker, topic_name, out)
+
+
+def test_a_slow_sink_does_not_make_an_in_place_switch_slow(spark, broker, topic_name, tmp_path):
+    """A foreachBatch that takes seconds: the in-place switch applies at once (nothing to
+    wait for, nothing stopped), and no batch is aborted or replayed."""
+    make_topic(broker, topic_name, 1, per_partition=5_000)
+    written = []
+
+    def slow(batch_df, batch_id):
+        written.append(batch_id)
+        time.sleep(3)  # the sink under test is slow; the test waits on conditions, not on this
+
+    df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.maxOffsetsPerTrigger": 2_000})
+    handle = start_backlog_aware(df.writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "c")),
+                                 "0 seconds", "1 second")
+    try:
+        wait_for(lambda: handle.transitions, 120, "the switch")
+        (transition,) = handle.transitions
+        assert transition.method == "in-place" and transition.apply_seconds < 1.0
+        fill(broker, topic_name, 1, 10, start=5_000)
+        wait_caught_up(handle, broker, topic_name)
+    finally:
+        handle.stop()
+    assert written == sorted(set(written))  # each batch once: none aborted and replayed
 
 
 def test_a_failed_query_surfaces_its_error_and_is_not_restarted(spark, broker, topic_name, tmp_path):
@@ -118,10 +237,7 @@ def test_a_failed_query_surfaces_its_error_and_is_not_restarted(spark, broker, t
     handle = start_backlog_aware(writer, "0 seconds", "1 second")
     with pytest.raises(Exception, match="sink failure in batch 0"):
         handle.await_termination(120)
-    first = handle.query
-    time.sleep(1)
-    assert handle.query is first and handle.transitions == []
-    assert all(q.id != first.id for q in spark.streams.active)
+    assert handle.transitions == [] and all(q.id != handle.query.id for q in spark.streams.active)
 
 
 def test_validation_says_what_to_change(spark, broker, topic_name, tmp_path):
@@ -130,30 +246,32 @@ def test_validation_says_what_to_change(spark, broker, topic_name, tmp_path):
     with pytest.raises(ConfigError, match="set .option\\('checkpointLocation'"):
         start_backlog_aware(df.writeStream.format("noop"))
     with_ckpt = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c"))
-    with pytest.raises(ConfigError, match="low_latency_interval must be > 0 seconds"):
-        start_backlog_aware(with_ckpt, "0 seconds", "0 seconds")
-    with pytest.raises(ConfigError, match="high_throughput_interval must be an interval"):
+    with pytest.raises(ConfigError, match="high_throughput_interval must be a duration such as"):
         start_backlog_aware(with_ckpt, "fast", "1 second")
+    with pytest.raises(ConfigError, match="switch_method must be one of auto, in-place, restart"):
+        start_backlog_aware(with_ckpt, switch_method="sometimes")
     rate = spark.readStream.format("rate").load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "r"))
     with pytest.raises(ConfigError, match="reads no format\\('backlog'\\) source"):
         start_backlog_aware(rate)
-    assert spark.streams.active == [] or all("backlog" not in str(q.name) for q in spark.streams.active)
+    disabled = reader(spark, broker, subscribe=topic_name, **{"backlog.enabled": "false"})
+    with pytest.raises(ConfigError, match="backlog.enabled=false"):
+        start_backlog_aware(disabled.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "d")))
+    memory = df.writeStream.format("memory").queryName("m").option("checkpointLocation", str(tmp_path / "m"))
+    with pytest.raises(ConfigError, match="memory sink cannot restart from its checkpoint"):
+        start_backlog_aware(memory, switch_method="restart")
+    assert spark.streams.active == []  # nothing was left running
 
 
 def test_the_writer_is_understood_after_transformations(spark, broker, topic_name, tmp_path):
     # A transformed DataFrame's source leaf is resolved (StreamingRelationV2), not the
-    # unresolved one load() returns; both must be found, with their options.
+    # unresolved one load() returns; both must be found, and only backlog.enabled is read.
     from pyspark.sql import functions as F
 
-    from backlog_source.writer_info import describe_writer
-
-    df = reader(spark, broker, subscribe=topic_name, maxOffsetsPerTrigger=7)
+    df = reader(spark, broker, subscribe=topic_name, maxOffsetsPerTrigger=7, **{"backlog.enabled": "true"})
     rate = spark.readStream.format("rate").load()
     for transformed in (df, df.withColumn("at", F.current_timestamp()), df.select("value").where("value is not null")):
-        info = describe_writer(transformed.writeStream.option("checkpointLocation", str(tmp_path / "c")))
-        assert info.checkpoint_location == str(tmp_path / "c")
-        [options] = info.backlog_sources
-        options = {k.lower(): v for k, v in options.items()}  # Spark's options are case-insensitive
-        assert options["subscribe"] == topic_name and options["maxoffsetspertrigger"] == "7"
+        info = describe_writer(transformed.writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "c")))
+        assert info.checkpoint_location == str(tmp_path / "c") and info.sink_format == "parquet"
+        assert info.backlog_enabled == ["true"] and info.other_formats == []
     info = describe_writer(rate.select("value").writeStream)
-    assert info.backlog_sources == [] and info.other_formats == ["rate"]
+    assert info.backlog_enabled == [] and info.other_formats == ["rate"]

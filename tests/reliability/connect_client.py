@@ -1,6 +1,6 @@
-"""A Spark Connect client for the Connect test: prints one JSON line of what worked.
+"""A Spark Connect client for the Connect test: prints one JSON line of what it saw.
 
-    python tests/reliability/connect_client.py CONNECT_URL BOOTSTRAP TOPIC WORK_DIR
+    python tests/reliability/connect_client.py CONNECT_URL BOOTSTRAP TOPIC SWITCHED_TOPIC WORK_DIR
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import time
 
 
 def main() -> None:
-    url, bootstrap, topic, work = sys.argv[1:5]
+    url, bootstrap, topic, switched_topic, work = sys.argv[1:6]
     from pyspark.sql import SparkSession
 
-    from backlog_source import BacklogDataSource, BacklogModeListener, ConfigError, start_backlog_aware
+    from backlog_source import BacklogDataSource, BacklogModeListener, start_backlog_aware
 
     deadline = time.time() + 120
     while True:  # the server takes a while to listen
@@ -28,36 +28,50 @@ def main() -> None:
             time.sleep(2)
     report: dict = {"session": type(spark).__module__}
     spark.dataSource.register(BacklogDataSource)  # runs in the server's Python workers
-    df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("startingOffsets", "earliest").load())
 
+    def source(name, **options):
+        reader = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", name).option("startingOffsets", "earliest"))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    # 1. The source and a client-side listener.
     class Recorder:
         def __init__(self):
             self.flags = []
 
-        def on_progress(self, query_id, run_id, batch_id, processing_backlog, traceparent=None):
-            self.flags.append([batch_id, processing_backlog, traceparent is not None])
-
-        def on_idle(self, query_id, run_id):
-            pass
-
-        def on_terminated(self, query_id, run_id, exception):
-            pass
+        def receive(self, message):
+            if hasattr(message, "processing_backlog"):
+                self.flags.append([message.batch_id, message.processing_backlog, message.traceparent is not None])
 
     recorder = Recorder()
     spark.streams.addListener(BacklogModeListener(recorder))
-    query = (df.writeStream.format("memory").queryName("connect_out").trigger(availableNow=True)
+    query = (source(topic).writeStream.format("memory").queryName("connect_out").trigger(availableNow=True)
              .option("checkpointLocation", f"{work}/ckpt").start())
     query.awaitTermination(180)
     report["rows"] = spark.table("connect_out").count()
     report["distinct"] = spark.table("connect_out").select("partition", "offset").distinct().count()
-    time.sleep(2)  # listener events reach the client asynchronously
+    deadline = time.time() + 30
+    while not recorder.flags and time.time() < deadline:  # listener events reach the client asynchronously
+        time.sleep(0.1)
     report["listener_flags"] = recorder.flags
-    try:
-        start_backlog_aware(df.writeStream.format("noop").option("checkpointLocation", f"{work}/ckpt2"))
-        report["start_backlog_aware"] = "started"
-    except ConfigError as exc:
-        report["start_backlog_aware"] = str(exc)
+
+    # 2. start_backlog_aware, which switches by restart under Connect.
+    out = f"{work}/switched"
+    writer = (source(switched_topic, **{"backlog.maxOffsetsPerTrigger": "2000"}).writeStream.format("parquet")
+              .option("path", out).option("checkpointLocation", f"{work}/ckpt2"))
+    handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
+    report["switch_method"] = handle.switch_method
+    report["initial_mode"] = handle.mode
+    deadline = time.time() + 180
+    while handle.mode != "low-latency" and time.time() < deadline:
+        handle.await_termination(0.2)
+    handle.stop()
+    report["transitions"] = [[t.from_mode, t.to_mode, t.method] for t in handle.transitions]
+    written = spark.read.parquet(out)
+    report["switched_rows"] = written.count()
+    report["switched_distinct"] = written.select("partition", "offset").distinct().count()
     print("REPORT " + json.dumps(report))
     spark.stop()
 

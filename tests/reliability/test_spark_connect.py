@@ -1,5 +1,6 @@
-"""Spark Connect: the source and the listener work through a local Connect server (from the
-pyspark package); start_backlog_aware says precisely why it cannot (see the README)."""
+"""Spark Connect: the source, the listener and start_backlog_aware (by restart, since a
+Connect client has no JVM objects to change in place) through a local Connect server from
+the pyspark package."""
 
 from __future__ import annotations
 
@@ -42,16 +43,22 @@ def connect_server(tmp_path):
         log.close()
 
 
-def test_source_and_listener_work_through_spark_connect(broker, topic_name, tmp_path, connect_server):
+def test_source_listener_and_start_backlog_aware_work_through_spark_connect(broker, topic_name, tmp_path,
+                                                                            connect_server):
     make_topic(broker, topic_name, 2, per_partition=3_000)
+    switched = f"{topic_name}-switched"
+    make_topic(broker, switched, 2, per_partition=5_000)  # 10k records at 2k per batch: a backlog
     result = subprocess.run([sys.executable, str(CLIENT), connect_server, broker.bootstrap_servers, topic_name,
-                             str(tmp_path)], capture_output=True, text=True, timeout=400, cwd=CLIENT.parents[2])
+                             switched, str(tmp_path)], capture_output=True, text=True, timeout=500, cwd=CLIENT.parents[2])
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
     report = json.loads(lines[0].removeprefix("REPORT "))
     assert report["session"].startswith("pyspark.sql.connect")
     expected = sum(log_end_offsets(broker, topic_name).values())
     assert report["rows"] == report["distinct"] == expected
-    flags = report["listener_flags"]
-    assert flags[0][1] is True and flags[-1][1] is False and all(has_trace for _, _, has_trace in flags)
-    assert "Spark Connect writers cannot be inspected" in report["start_backlog_aware"]
+    flags = report["listener_flags"]  # the whole backlog in one AvailableNow batch: no backlog left after it
+    assert flags and flags[-1][1] is False and all(has_trace for _, _, has_trace in flags)
+    # start_backlog_aware under Connect: high-throughput first, then one restart-method switch.
+    assert report["switch_method"] == "restart" and report["initial_mode"] == "high-throughput"
+    assert report["transitions"] == [["high-throughput", "low-latency", "restart"]]
+    assert report["switched_rows"] == report["switched_distinct"] == sum(log_end_offsets(broker, switched).values())

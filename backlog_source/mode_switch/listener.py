@@ -1,0 +1,126 @@
+"""The listener: reads the backlog flag from progress events and tells a controller.
+
+Which process: the user's driver program; callbacks run on Spark's listener thread (classic
+PySpark) or the client's listener thread (Spark Connect) and must return at once, so the
+listener only parses and hands a typed message to a :class:`ModeController`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from backlog_core.offset import SourceOffset, parse_reported
+
+
+class Mode(str, Enum):
+    HIGH_THROUGHPUT = "high-throughput"
+    LOW_LATENCY = "low-latency"
+
+    @classmethod
+    def for_backlog(cls, processing_backlog: bool) -> "Mode":
+        return cls.HIGH_THROUGHPUT if processing_backlog else cls.LOW_LATENCY
+
+
+@dataclass(frozen=True)
+class BatchCommitted:
+    """A progress event of a backlog-aware query: batch ``batch_id`` committed;
+    ``processing_backlog`` is whether backlog is left after it; ``trigger_started_ms`` is
+    when its trigger started (Spark's progress timestamp); ``traceparent`` the context of
+    the (current or last) backlog phase."""
+
+    query_id: str
+    run_id: str
+    batch_id: int
+    processing_backlog: bool
+    trigger_started_ms: int
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class TriggerIdle:
+    """A trigger found no new data (Spark's ``onQueryIdle``)."""
+
+    query_id: str
+    run_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class QueryTerminated:
+    """A run ended; ``exception`` is Spark's text of its failure, or None after a stop."""
+
+    query_id: str
+    run_id: str
+    exception: str | None
+
+
+class ModeController(Protocol):
+    """What :class:`BacklogModeListener` reports to. ``receive`` must not block."""
+
+    def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None: ...
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def backlog_offsets(progress: Any) -> list[SourceOffset]:
+    """The end offsets of the progress's ``format("backlog")`` sources, parsed."""
+    offsets = (parse_reported(_get(source, "endOffset")) for source in _get(progress, "sources") or [])
+    return [offset for offset in offsets if offset is not None]
+
+
+def backlog_flag(progress: Any) -> bool | None:
+    """True if some backlog source of this progress has backlog left after its batch, False
+    if none has, None if the progress has no backlog source. Takes a
+    ``StreamingQueryProgress`` or its dict form."""
+    flags = [offset.processing_backlog for offset in backlog_offsets(progress)]
+    return any(flags) if flags else None
+
+
+def backlog_traceparent(progress: Any) -> str | None:
+    """The W3C context of the (current or last) backlog phase of the progress's first
+    backlog source that has one: the parent of a mode switch this progress causes."""
+    for offset in backlog_offsets(progress):
+        if offset.trace is not None:
+            return offset.trace.ids.traceparent
+    return None
+
+
+def timestamp_ms(text: str) -> int:
+    """Spark's progress timestamp (``2026-11-22T20:25:12.001Z``) in ms since the epoch."""
+    return int(datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class BacklogModeListener(StreamingQueryListener):
+    """Reads ``processing_backlog`` from progress events and reports it to a controller.
+
+    Usable on its own: register it with ``spark.streams.addListener`` and give it any
+    :class:`ModeController`. Callbacks return at once.
+    """
+
+    def __init__(self, controller: ModeController) -> None:
+        self._controller = controller
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        flag = backlog_flag(progress)
+        if flag is not None:
+            self._controller.receive(BatchCommitted(
+                str(progress.id), str(progress.runId), progress.batchId, flag, timestamp_ms(progress.timestamp),
+                backlog_traceparent(progress),
+            ))
+
+    def onQueryIdle(self, event) -> None:
+        self._controller.receive(TriggerIdle(str(event.id), str(event.runId), timestamp_ms(event.timestamp)))
+
+    def onQueryTerminated(self, event) -> None:
+        self._controller.receive(QueryTerminated(str(event.id), str(event.runId), event.exception))

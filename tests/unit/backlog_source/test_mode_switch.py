@@ -1,0 +1,325 @@
+"""The listener and the controller, driven by recorded progress events, fake queries, a fake
+switcher and a fake clock. The controller's messages are processed on the test's thread
+(``start(thread=False)``), so no test waits on a sleep."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from backlog_core.durations import duration_seconds
+from backlog_core.errors import ConfigError, ModeSwitchError
+from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, backlog_flag
+from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated, TriggerIdle
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, choose_switcher
+from tests.fakes import FakeClock, FakeInPlaceSwitcher, FakeWriter
+
+PHASE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+T0 = 1_800_000_000.0  # the fake wall clock's start, seconds
+
+
+def source(processing_backlog=None, raw=None, traceparent=None):
+    if raw is not None:
+        return SimpleNamespace(endOffset=raw)
+    offset = {"v": 2, "source_id": "s", "positions": {"t": {"0": 3}},
+              "backlog": {"t": {"0": 5}} if processing_backlog else {}}
+    if traceparent:
+        offset["trace"] = {"traceparent": traceparent, "started_ms": 1}
+    return SimpleNamespace(endOffset=json.dumps(offset))
+
+
+def progress_event(query_id, run_id, batch_id, *sources, at_ms=0):
+    timestamp = f"2027-01-15T08:00:{at_ms // 1000:02d}.{at_ms % 1000:03d}Z"
+    return SimpleNamespace(progress=SimpleNamespace(id=query_id, runId=run_id, batchId=batch_id, timestamp=timestamp,
+                                                    sources=list(sources)))
+
+
+class Recording:
+    def __init__(self):
+        self.messages = []
+
+    def receive(self, message):
+        self.messages.append(message)
+
+
+def test_listener_sends_typed_messages_from_recorded_progress_events():
+    controller = Recording()
+    listener = BacklogModeListener(controller)
+    listener.onQueryProgress(progress_event("q", "r1", 0, source(True, traceparent=PHASE), at_ms=1500))
+    listener.onQueryProgress(progress_event("q", "r1", 1, source(False), source(True)))
+    listener.onQueryProgress(progress_event("q", "r1", 2, source(raw='{"kafka": {"0": 5}}')))  # not ours
+    listener.onQueryProgress(progress_event("q", "r1", 3, source(False)))
+    listener.onQueryIdle(SimpleNamespace(id="q", runId="r1", timestamp="2027-01-15T08:00:04.000Z"))
+    listener.onQueryTerminated(SimpleNamespace(id="q", runId="r1", exception=None))
+    first, second, third, idle, done = controller.messages
+    assert (first.batch_id, first.processing_backlog, first.traceparent) == (0, True, PHASE)
+    assert first.trigger_started_ms % 60_000 == 1500
+    assert (second.batch_id, second.processing_backlog, third.batch_id, third.processing_backlog) == (1, True, 3, False)
+    assert isinstance(idle, TriggerIdle) and isinstance(done, QueryTerminated) and done.exception is None
+
+
+def test_backlog_flag_of_a_progress_without_backlog_sources_is_none():
+    assert backlog_flag(SimpleNamespace(sources=[])) is None
+    assert backlog_flag(SimpleNamespace(sources=[source(raw="not json")])) is None
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("0 seconds", 0), ("1 second", 1), ("500 milliseconds", 0.5), ("2 minutes", 120), ("1h", 3600)]
+)
+def test_intervals_parse(text, seconds):
+    assert duration_seconds("x", text) == seconds
+
+
+def test_bad_interval_says_what_is_allowed():
+    with pytest.raises(ConfigError, match="low_latency_interval must be a duration such as '500ms'.*'0 seconds'"):
+        duration_seconds("low_latency_interval", "soon")
+
+
+# ----------------------------------------------------------------------------- the controller
+
+
+class Harness:
+    """A handle on a fake writer with a fake in-place switcher (or the real restart one),
+    started without its thread: ``emit`` delivers a progress event and processes it."""
+
+    def __init__(self, method="in-place"):
+        self.clock = FakeClock(T0)
+        self.writer = FakeWriter()
+        self.switchers = []
+
+        def choose(query, interval_ms, restart, force_restart=False):
+            if method == "in-place":
+                switcher = FakeInPlaceSwitcher(query)
+            else:
+                switcher = restart()
+            self.switchers.append(switcher)
+            return switcher, "test"
+
+        self.handle = BacklogAwareQuery(self.writer, "0 seconds", "1 second", clock=self.clock, choose=choose,
+                                        settle_timeout_s=0).start(thread=False)
+
+    @property
+    def query(self):
+        return self.handle.query
+
+    def emit(self, batch_id, processing_backlog, *, run=None, started_after_s=0.0):
+        """A progress event of ``run`` (default: the current one) whose trigger started
+        ``started_after_s`` after the fake clock's now; the clock then moves past it."""
+        query = run or self.handle.query
+        at_ms = int((self.clock.now + started_after_s) * 1000)
+        event = SimpleNamespace(progress=SimpleNamespace(
+            id=query.id, runId=query.runId, batchId=batch_id,
+            timestamp=_iso(at_ms), sources=[source(processing_backlog)]))
+        query.lastProgress = {"batchId": batch_id, "sources": [{"endOffset": event.progress.sources[0].endOffset}]}
+        for listener in list(self.writer._spark.listeners):
+            listener.onQueryProgress(event)
+        self.clock.advance(started_after_s + 0.01)
+        self.handle._process_queued()
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_the_first_run_starts_in_high_throughput_and_switches_in_place_once_per_phase():
+    h = Harness()
+    assert h.writer.started[0].interval_ms == 0 and h.handle.mode == "high-throughput"
+    query = h.query
+    h.emit(0, True)
+    h.emit(1, True)
+    h.emit(2, False)  # the batch that read the last backlog record: switch now
+    h.emit(3, False, started_after_s=0.5)  # the first trigger under the new interval
+    h.emit(4, False, started_after_s=1.0)
+    assert h.handle.query is query and len(h.writer.started) == 1 and not query.stopped  # same query, same run
+    assert h.switchers[0].applied == [1000] and h.handle.mode == "low-latency"
+    (transition,) = h.handle.transitions
+    assert (transition.from_mode, transition.to_mode, transition.batch_id, transition.method) == (
+        "high-throughput", "low-latency", 2, "in-place")
+    assert transition.restart_seconds == 0.0
+    assert transition.effective_seconds == pytest.approx(0.5, abs=0.02)  # decision -> next trigger's start
+    assert h.handle.switch_method == "in-place"
+
+
+def test_reentry_switches_back_and_forth_once_each():
+    h = Harness()
+    for batch, flag in enumerate([True, False, False, True, True, False]):
+        h.emit(batch, flag)
+    assert [(t.from_mode, t.to_mode) for t in h.handle.transitions] == [
+        ("high-throughput", "low-latency"), ("low-latency", "high-throughput"), ("high-throughput", "low-latency"),
+    ]
+    assert h.switchers[0].applied == [1000, 0, 1000]
+
+
+def test_a_caught_up_query_switches_after_its_first_batch():
+    h = Harness()
+    h.emit(0, False)
+    assert h.handle.mode == "low-latency" and len(h.handle.transitions) == 1
+
+
+def test_the_restart_method_stops_and_starts_and_ignores_the_replaced_run():
+    h = Harness(method="restart")
+    first = h.query
+    h.emit(0, False)
+    assert first.stopped and len(h.writer.started) == 2 and h.writer.started[1].interval_ms == 1000
+    (transition,) = h.handle.transitions
+    assert transition.method == "restart" and h.handle.query is h.writer.started[1]
+    h.emit(1, True, run=first)  # a late event of the stopped run changes nothing
+    assert len(h.writer.started) == 2 and h.handle.mode == "low-latency"
+
+
+def test_a_restart_follows_the_stopped_runs_last_batch():
+    """Re-entry seen in batch 2; while the restart waits for the trigger, batch 3 ends the
+    re-entered backlog. The new run may never report again, so it must start in the mode
+    batch 3 calls for, and no transition is recorded."""
+    h = Harness(method="restart")
+    h.emit(0, False)  # high-throughput -> low-latency
+    old = h.query
+    original_stop = old.stop
+
+    def stop_after_one_more_batch():
+        old.lastProgress = {"batchId": 3, "sources": [{"endOffset": source(False).endOffset}]}
+        original_stop()
+
+    old.stop = stop_after_one_more_batch
+    # still_needed sees batch 2 (backlog) as the last one, so the stop happens...
+    h.emit(2, True)
+    assert len(h.writer.started) == 3 and h.writer.started[2].interval_ms == 1000  # ...and the new run is low latency
+    assert h.handle.mode == "low-latency" and len(h.handle.transitions) == 1
+
+
+def test_a_flag_that_flips_back_while_waiting_causes_no_restart():
+    h = Harness(method="restart")
+    h.emit(0, False)
+    query = h.query
+    query.lastProgress = {"batchId": 5, "sources": [{"endOffset": source(False).endOffset}]}
+    h.writer._spark.listeners[0].onQueryProgress(SimpleNamespace(progress=SimpleNamespace(
+        id=query.id, runId=query.runId, batchId=4, timestamp=_iso(int(h.clock.now * 1000)), sources=[source(True)])))
+    h.handle._process_queued()  # batch 4 asked for backlog, but batch 5 (already committed) did not
+    assert not query.stopped and len(h.writer.started) == 2 and len(h.handle.transitions) == 1
+
+
+def test_a_failed_query_surfaces_its_error_and_is_not_restarted():
+    h = Harness()
+    query = h.query
+    query.failure = RuntimeError("boom in batch 3")
+    for listener in list(h.writer._spark.listeners):
+        listener.onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom in batch 3"))
+    h.handle._process_queued()
+    with pytest.raises(RuntimeError, match="boom in batch 3"):
+        h.handle.await_termination(0)
+    assert len(h.writer.started) == 1 and h.writer._spark.listeners == []
+
+
+def test_messages_about_another_query_are_ignored():
+    h = Harness()
+    h.handle.receive(QueryTerminated("another-query", "x", "not ours"))
+    h.handle.receive(BatchCommitted("another-query", "x", 0, False, 0))
+    h.handle._process_queued()
+    assert h.handle.await_termination(0) is False and h.handle.mode == "high-throughput"
+
+
+def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
+    writer = FakeWriter()
+    release, entered = threading.Event(), threading.Event()
+
+    class SlowSwitcher(FakeInPlaceSwitcher):
+        def switch(self, interval_ms):
+            entered.set()
+            release.wait(30)
+            return super().switch(interval_ms)
+
+    handle = BacklogAwareQuery(writer, "0 seconds", "1 second",
+                               choose=lambda query, ms, restart, force_restart=False: (SlowSwitcher(query), "test")).start()
+    try:
+        query = handle.query
+        listener = writer._spark.listeners[0]
+        listener.onQueryProgress(progress_event(query.id, query.runId, 0, source(False)))
+        assert entered.wait(30)  # the controller thread is inside the slow switch now
+        listener.onQueryProgress(progress_event(query.id, query.runId, 1, source(False)))  # returns at once
+        listener.onQueryIdle(SimpleNamespace(id=query.id, runId=query.runId, timestamp="2027-01-15T08:00:04.000Z"))
+        assert handle.mode == "high-throughput"  # still switching, and the callbacks did not wait for it
+    finally:
+        release.set()
+        handle.stop()
+    assert handle.transitions and handle.transitions[0].to_mode == "low-latency"
+
+
+# ----------------------------------------------------------------------------- switchers
+
+
+class JavaField:
+    def __init__(self, value, refuse=False, drift=0):
+        self.value, self.refuse, self.drift = value, refuse, drift
+
+    def setAccessible(self, flag):
+        if self.refuse:
+            raise RuntimeError("java.lang.reflect.InaccessibleObjectException: module does not open")
+
+    def getLong(self, obj):
+        return self.value
+
+    def setLong(self, obj, value):
+        self.value = value + self.drift
+
+
+class JavaExecutor:
+    def __init__(self, class_name, field=None):
+        self.class_name, self.field = class_name, field
+
+    def getClass(self):
+        executor = self
+
+        class JavaClass:
+            def getName(self):
+                return executor.class_name
+
+            def getDeclaredField(self, name):
+                if executor.field is None or name != "intervalMs":
+                    raise RuntimeError(f"java.lang.NoSuchFieldException: {name}")
+                return executor.field
+
+        return JavaClass()
+
+
+def java_query(executor):
+    streaming = SimpleNamespace(triggerExecutor=lambda: executor)
+    return SimpleNamespace(_jsq=SimpleNamespace(streamingQuery=lambda: streaming))
+
+
+EXECUTOR = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+
+
+def test_in_place_attaches_to_the_processing_time_executor_and_reads_its_writes_back():
+    field = JavaField(0)
+    switcher = InPlaceSwitcher.attach(java_query(JavaExecutor(EXECUTOR, field)), 0)
+    switcher.switch(1000)
+    assert field.value == 1000
+
+
+@pytest.mark.parametrize("executor, reason", [
+    (lambda: JavaExecutor("org.apache.spark.sql.execution.streaming.runtime.MultiBatchExecutor", JavaField(0)),
+     "not a ProcessingTimeExecutor"),
+    (lambda: JavaExecutor(EXECUTOR, None), "intervalMs is not reachable: java.lang.NoSuchFieldException"),
+    (lambda: JavaExecutor(EXECUTOR, JavaField(0, refuse=True)),
+     "not reachable: java.lang.reflect.InaccessibleObjectException"),
+    (lambda: JavaExecutor(EXECUTOR, JavaField(250)), "holds 250 ms, not the trigger's 0 ms"),
+    (lambda: JavaExecutor(EXECUTOR, JavaField(0, drift=1)), "reads 1 ms after writing 0 ms"),
+])
+def test_where_in_place_is_impossible_the_restart_method_is_chosen_and_says_why(executor, reason):
+    with pytest.raises(ModeSwitchError, match=reason):
+        InPlaceSwitcher.attach(java_query(executor()), 0)
+    restart = RestartSwitcher(java_query(executor()), start=lambda ms: None)
+    switcher, why = choose_switcher(java_query(executor()), 0, lambda: restart)
+    assert switcher is restart and reason.split(":")[0] in why
+
+
+def test_spark_connect_and_a_forced_restart_choose_the_restart_method():
+    restart = RestartSwitcher(SimpleNamespace(), start=lambda ms: None)
+    connect_query = SimpleNamespace(id="q")  # no _jsq: a Spark Connect client's query
+    assert choose_switcher(connect_query, 0, lambda: restart) == (
+        restart, "a Spark Connect query has no JVM objects in this process to change in place")
+    assert choose_switcher(java_query(JavaExecutor(EXECUTOR, JavaField(0))), 0, lambda: restart, force_restart=True)[0] is restart
