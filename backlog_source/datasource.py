@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from backlog_core import telemetry
+from backlog_core import step_timings, telemetry
 from backlog_core.buckets import to_nested
 from backlog_core.errors import ConfigError
 from backlog_core.offset import SourceOffset, bucket_traceparent
@@ -37,10 +37,10 @@ from backlog_core.settings import ReaderConfig, SourceSettings, parse_options
 from enumerator.control import ControlTopic
 from enumerator.enumerator import Enumerator, ReadBudget
 from enumerator.kafka_offsets import KafkaOffsetsClient
-from enumerator.planner import plan_ranges
+from enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
 from reader.kafka_reader import read_split
 from reader.snapshot_reader import read_snapshot_split
-from reader.split import KafkaSplit, SnapshotSplit
+from reader.split import KafkaRange, KafkaSplit, SnapshotSplit
 
 
 class BacklogDataSource(DataSource):
@@ -203,17 +203,19 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_partitions=settings.min_partitions,
             max_records_per_partition=settings.max_records_per_partition,
         )
+        task_records = min(TASK_RECORDS, settings.max_records_per_partition or TASK_RECORDS)
+        with step_timings.step("driver.partitions"):
+            tasks = pack_tasks(ranges, task_records=task_records, min_tasks=settings.min_partitions or 1)
         splits: list[InputPartition] = [
             KafkaSplit(
-                topic=r.bucket.topic,
-                partition=r.bucket.partition,
-                start=r.start,
-                end=r.end,
-                boundary=boundaries.get(r.bucket),
-                source_id=last.source_id,
-                traceparent=bucket_traceparent(last.trace, r.bucket),
+                tuple(
+                    KafkaRange(r.bucket.topic, r.bucket.partition, r.start, r.end, boundaries.get(r.bucket),
+                               bucket_traceparent(last.trace, r.bucket))
+                    for r in task
+                ),
+                last.source_id,
             )
-            for r in ranges
+            for task in tasks
         ]
         # A bucket whose snapshot was pending at the start and is not at the end reads it in
         # this batch; its log range starts at the snapshot's log offset.

@@ -27,7 +27,7 @@ from backlog_core.settings import SourceSettings, parse_options
 from backlog_core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
 from enumerator.kafka_offsets import KafkaOffsetsClient
 from reader.kafka_reader import read_split
-from reader.split import KafkaSplit
+from reader.split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def _latest_of_partition(settings: SourceSettings, bucket: Bucket, start: int, e
     state = arrow_schema(settings.include_headers).empty_table()
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for batch in read_split(KafkaSplit(bucket.topic, bucket.partition, start, end), settings.reader_config):
+    for batch in read_split(KafkaSplit((KafkaRange(bucket.topic, bucket.partition, start, end),)), settings.reader_config):
         pending.append(batch)
         pending_rows += batch.num_rows
         if pending_rows >= COMPACT_EVERY_ROWS:

@@ -111,3 +111,43 @@ def _cut(offset_range: OffsetRange, parts: int) -> list[OffsetRange]:
             pieces.append(OffsetRange(offset_range.bucket, position, end))
         position = end
     return pieces
+
+
+#: Small ranges share a task up to this many records. A Python task costs tens of
+#: milliseconds of fixed work (about what reading 40,000 records costs), so a batch of small
+#: ranges over many partitions becomes a few tasks, while large ranges keep a task each
+#: (benchmarks/latency.py measured both).
+TASK_RECORDS = 40_000
+
+
+def pack_tasks(ranges: list[OffsetRange], *, task_records: int = TASK_RECORDS, min_tasks: int = 1) -> list[list[OffsetRange]]:
+    """Group ``ranges`` into tasks: a range of ``task_records`` or more is a task of its
+    own; smaller ones share tasks of at most ``task_records`` records, never two ranges of
+    one bucket in a task. At least ``min_tasks`` tasks when there are that many ranges
+    (``minPartitions``). Deterministic: a replayed batch gets the same tasks."""
+    ordered = sorted(ranges, key=lambda r: (-r.size, r.bucket, r.start))
+    tasks: list[list[OffsetRange]] = []
+    totals: list[int] = []
+    for r in ordered:
+        if r.size >= task_records:
+            tasks.append([r])
+            totals.append(r.size)
+            continue
+        fits = [i for i, total in enumerate(totals)
+                if total + r.size <= task_records and all(o.bucket != r.bucket for o in tasks[i])]
+        if fits:
+            best = min(fits, key=lambda i: (totals[i], i))
+            tasks[best].append(r)
+            totals[best] += r.size
+        else:
+            tasks.append([r])
+            totals.append(r.size)
+    while len(tasks) < min(min_tasks, len(ranges)):
+        widest = max(range(len(tasks)), key=lambda i: (len(tasks[i]), totals[i], -i))
+        half = len(tasks[widest]) // 2
+        moved = tasks[widest][half:]
+        tasks[widest] = tasks[widest][:half]
+        totals[widest] -= sum(r.size for r in moved)
+        tasks.append(moved)
+        totals.append(sum(r.size for r in moved))
+    return [sorted(task, key=lambda r: (r.bucket, r.start)) for task in tasks]

@@ -1,9 +1,12 @@
 """confluent-kafka messages -> one Arrow record batch in the source's output schema.
 
 Hot path, measured in ``benchmarks/read_throughput.py``: each column is ``map`` of a C method
-of confluent's ``Message`` over the batch (no Python bytecode per message, about twice as
-fast as a list comprehension), constant columns are built by Arrow, and timestamps are
-scaled by Arrow compute rather than in Python.
+of confluent's ``Message`` over the batch (no Python bytecode per message), constant columns
+are built by Arrow, and timestamps are scaled by Arrow compute rather than in Python.
+
+Values follow Spark's ``KafkaRecordToRowConverter``: ``headers`` is NULL for a record
+without headers, and a timestamp whose microseconds do not fit a Spark timestamp fails the
+read naming the record (Spark's ``KAFKA_MALFORMED_RECORD_TIMESTAMP``) instead of wrapping.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
+from backlog_core.errors import MalformedRecordError
 from backlog_core.schema import arrow_schema
 
 # librdkafka timestamp types -> Kafka's TimestampType ids that Spark reports:
@@ -24,17 +28,30 @@ _SCHEMAS = {flag: arrow_schema(flag) for flag in (False, True)}
 _HEADER_TYPE = _SCHEMAS[True].field("headers").type
 
 
-def to_record_batch(messages: Sequence[Message], topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
-    """Build the batch for ``messages`` (error-free records of one bucket, in offset order)."""
+def to_record_batch(messages: Sequence[Message], topic: str | None, partition: int | None,
+                    include_headers: bool) -> pa.RecordBatch:
+    """The batch for ``messages`` (error-free records). ``topic`` and ``partition``: the
+    bucket all of them belong to, or None when they come from several buckets (the columns
+    are then read per message).
+
+    Raises :class:`MalformedRecordError` naming the first record whose timestamp overflows.
+    """
     count = len(messages)
     timestamp_types, timestamp_ms = zip(*map(Message.timestamp, messages))
+    milliseconds = pa.array(timestamp_ms, pa.int64())
+    try:
+        microseconds = pc.multiply_checked(milliseconds, 1000)
+    except pa.ArrowInvalid:
+        raise _malformed_timestamp(messages) from None
     columns = [
         pa.array(list(map(Message.key, messages)), pa.binary()),
         pa.array(list(map(Message.value, messages)), pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), count),
-        pa.repeat(pa.scalar(partition, pa.int32()), count),
+        pa.repeat(pa.scalar(topic, pa.string()), count) if topic is not None
+        else pa.array(list(map(Message.topic, messages)), pa.string()),
+        pa.repeat(pa.scalar(partition, pa.int32()), count) if partition is not None
+        else pa.array(list(map(Message.partition, messages)), pa.int32()),
         pa.array(list(map(Message.offset, messages)), pa.int64()),
-        pc.multiply(pa.array(timestamp_ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
+        microseconds.cast(pa.timestamp("us", tz="UTC")),
         pc.subtract(pa.array(timestamp_types, pa.int32()), _TIMESTAMP_TYPE_SHIFT),
     ]
     if include_headers:
@@ -42,6 +59,21 @@ def to_record_batch(messages: Sequence[Message], topic: str, partition: int, inc
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
 
 
-def _headers(headers: list[tuple[str, bytes | None]] | None) -> list[dict]:
-    # Spark's Kafka source gives an empty array for a record without headers.
-    return [{"key": key, "value": value} for key, value in headers] if headers else []
+def _headers(headers: list[tuple[str, bytes | None]] | None) -> list[dict] | None:
+    # Spark's Kafka source gives NULL for a record without headers (KafkaRecordToRowConverter).
+    return [{"key": key, "value": value} for key, value in headers] if headers else None
+
+
+_MAX_MS = (2**63 - 1) // 1000
+
+
+def _malformed_timestamp(messages: Sequence[Message]) -> MalformedRecordError:
+    for message in messages:
+        ms = message.timestamp()[1]
+        if not -_MAX_MS <= ms <= _MAX_MS:
+            return MalformedRecordError(
+                f"record at offset {message.offset()} of {message.topic()}-{message.partition()} has timestamp {ms}, "
+                "beyond what a Spark timestamp holds (KAFKA_MALFORMED_RECORD_TIMESTAMP): was it written in "
+                "nanoseconds or microseconds instead of milliseconds?"
+            )
+    return MalformedRecordError("a record timestamp overflows a Spark timestamp")

@@ -1,27 +1,33 @@
-"""The executor read path: one split -> Arrow record batches.
+"""The executor read path: one split (one or more bucket ranges) -> Arrow record batches.
 
-Which process: a Python worker on an executor. The consumer is created inside
-:func:`read_split` and closed in ``finally``; nothing here survives the call.
+Which process: a Python worker on an executor. One consumer per split, created for it and
+closed when it is done. Reusing consumers across tasks (Spark's Kafka source pools them)
+was measured and left out: no gain against the embedded broker on loopback (creating a
+consumer takes 0.2 ms; the first fetch dominates), and a consumer kept while a topic it had
+read is deleted crashed its Python worker (SIGSEGV in librdkafka 2.16.1), even paused.
 
-The end of the range is detected by consumer position, never by the record at ``end - 1``
+The end of a range is detected by consumer position, never by the record at ``end - 1``
 (compaction and transaction markers leave gaps) and never by "an empty poll means done":
 a record at or past ``end``, or an end-of-partition event at or past ``end``, proves that
-every record of ``[start, end)`` has been delivered.
+every record of ``[start, end)`` has been delivered. A range that is done is paused, so its
+partition's records past the end are no longer fetched while the others finish.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pyarrow as pa
-
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from backlog_core import span_names, telemetry
+from backlog_core import span_names, step_timings, telemetry
+from backlog_core.buckets import Bucket
 from backlog_core.errors import DataLossError, KafkaUnavailableError
 from backlog_core.kafka_config import ClientRole
 from backlog_core.settings import ReaderConfig
@@ -29,17 +35,31 @@ from backlog_core.trace_context import SpanContextIds, SpanEventRecord, SpanReco
 from events.channel import publish, publish_once
 from events.finish_event import BacklogFinishEvent
 from reader.arrow import to_record_batch
-from reader.split import KafkaSplit
+from reader.split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 
-#: Records per consume() call, and so per Arrow batch (measured in benchmarks/).
+#: Records per consume() call, and so at most per Arrow batch (measured in benchmarks/).
 CONSUME_BATCH = 10_000
 #: Upper bound of one consume() wait, so the no-progress deadline is checked often.
 _CONSUME_WAIT_S = 1.0
 #: While the position does not move, ask this often whether the partition still exists
 #: (librdkafka does not always report a deleted topic as an error).
 _EXISTENCE_CHECK_S = 3.0
+_UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
+_OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
+#: librdkafka's default per-partition fetch size, and the smallest one used for small ranges.
+_FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
+
+
+def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
+    """``max.partition.fetch.bytes`` for a split: librdkafka's 1 MiB, or less for small
+    ranges (1 KiB per record of the largest range, at least 64 KiB). The first fetch of each
+    partition is that size whatever the range needs: measured, 8 partitions x 1 MiB took
+    25 ms where 125 records each needed 13 ms. A larger record still arrives whole (the
+    broker returns at least one record batch), in more round trips."""
+    largest = max(r.size for r in ranges)
+    return max(_FETCH_BYTES_MIN, min(_FETCH_BYTES_MAX, largest * 1024))
 
 
 @contextmanager
@@ -64,90 +84,248 @@ def read_split(
     split: KafkaSplit,
     config: ReaderConfig,
     *,
-    consumer_factory: Callable[[dict], object] | None = None,
+    consumer_factory: Callable[[dict], object] = Consumer,
     clock: Callable[[], float] = time.monotonic,
     publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``split`` as record batches, in offset order, each exactly once.
+    """Yield the records of every range of ``split`` as record batches, each record once,
+    in offset order per bucket.
 
-    When the split carries a backlog boundary and the consumer position moves from below it
+    When a range carries a backlog boundary and the consumer position moves from below it
     to at or past it, publish one BacklogFinishEvent (at most once per worker process for a
-    source, bucket and boundary), flushed before the batch that reached the boundary is
-    handed over, so the event is on the control topic before the task ends. A publish that
-    fails is logged, not raised: the enumerator's committed-position safety net finishes the
-    bucket anyway. With tracing on in this process, such a split also exports a
-    ``backlog.read`` span (child of the split's ``traceparent``), flushed before the last
-    batch is handed over.
+    source, bucket and boundary) before the batch that reached the boundary is handed over,
+    so the event is on the control topic before the task ends. A publish that fails is
+    logged, not raised: the driver finishes the bucket by its committed position anyway.
+    With tracing on in this process, such a range also exports a ``backlog.read`` span
+    (child of the range's ``traceparent``), flushed before its last batch is handed over.
 
-    Raises :class:`DataLossError` when records of the range were deleted before they were
-    read (``failOnDataLoss=true``; with false it logs a warning and reads what remains), and
-    :class:`KafkaUnavailableError` when the position makes no progress for
-    ``kafkaConsumer.pollTimeoutMs``.
+    Raises :class:`DataLossError` when records of a range were deleted before they were
+    read (``failOnDataLoss=true``; with false it logs a warning and reads what remains),
+    :class:`KafkaUnavailableError` when no range makes progress for
+    ``kafkaConsumer.pollTimeoutMs``, and
+    :class:`~backlog_core.errors.MalformedRecordError` for a timestamp a Spark timestamp
+    cannot hold.
     """
-    if split.end <= split.start:
+    ranges = [r for r in split.ranges if r.end > r.start]
+    if not ranges:
         return
-    span = _ReadSpan.begin(split, config)
-    consumer = (consumer_factory or Consumer)(config.kafka.librdkafka(ClientRole.READER))
+    tracking = config.events_topic is not None
+    spans = {r.bucket: s for r in ranges if (s := _ReadSpan.begin(r, split.source_id, tracking)) is not None}
+    reported: set[Bucket] = set()
+    sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
+    with step_timings.step("reader.create_consumer"):
+        consumer = consumer_factory(config.kafka.librdkafka(ClientRole.READER, **sized))
     try:
         with _gc_paused():
-            for batch, position in _consume_range(consumer, split, config, clock):
-                if split.crosses_boundary and position >= split.boundary and config.events_topic is not None:
-                    if span is not None:
-                        span.boundary_reached(position)
-                    _report_finish(split, config, position, publish_event, span)
-                if position >= split.end and span is not None:
-                    # Export the span before handing over the last batch: once Spark has
-                    # it, the task may end and the worker may be reused or killed.
-                    span.finish(position)
-                    span = None
+            for batch, positions in _consume(consumer, ranges, config, clock):
+                for r in ranges:
+                    position = positions[r.bucket]
+                    if tracking and r.crosses_boundary and position >= r.boundary and r.bucket not in reported:
+                        reported.add(r.bucket)
+                        span = spans.get(r.bucket)
+                        if span is not None:
+                            span.boundary_reached(position)
+                        _report_finish(r, split.source_id, config, position, publish_event, span)
+                    if position >= r.end and r.bucket in spans:
+                        # Export before handing over the range's last batch: once Spark
+                        # has it, the task may end and the worker may be reused or killed.
+                        spans.pop(r.bucket).finish(position)
                 if batch is not None:
                     yield batch
     except GeneratorExit:  # the consumer of this generator stopped early: not a failure
-        if span is not None:
+        for span in spans.values():
             span.finish(None)
         raise
     except BaseException as exc:
-        if span is not None:
+        for span in spans.values():
             span.finish(None, error=type(exc).__name__)
         raise
     finally:
         consumer.close()
 
 
-def _report_finish(split: KafkaSplit, config: ReaderConfig, position: int, publish_event, span) -> None:
-    if split.boundary is None:
-        return
+def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position: int, publish_event,
+                   span: "_ReadSpan | None") -> None:
+    assert r.boundary is not None
     event = BacklogFinishEvent(
-        source_id=split.source_id,
-        topic=split.topic,
-        partition=split.partition,
-        boundary_offset=split.boundary,
+        source_id=source_id,
+        topic=r.topic,
+        partition=r.partition,
+        boundary_offset=r.boundary,
         reached_offset=position,
         emitted_at_ms=int(time.time() * 1000),
-        traceparent=span.ids.traceparent if span is not None else split.traceparent,
+        traceparent=span.ids.traceparent if span is not None else r.traceparent,
     )
     publish_once(config, event, publish_event)
 
 
-class _ReadSpan:
-    """The ``backlog.read`` span of a split that crosses its bucket's boundary, as a child
-    of the bucket span whose context the split carries. Exported (and flushed) once."""
+@dataclass
+class _Progress:
+    """Where the read of one range stands."""
 
-    def __init__(self, split: KafkaSplit, parent: SpanContextIds) -> None:
-        self.split = split
+    range: KafkaRange
+    position: int
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.range.end
+
+
+def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock) -> Iterator[
+        tuple[pa.RecordBatch | None, dict[Bucket, int]]]:
+    """Yield ``(batch or None, position of every range)`` until every range reaches its end."""
+    progress = {r.bucket: _Progress(r, r.start) for r in ranges}
+    partitions = [TopicPartition(r.topic, r.partition, r.start) for r in ranges]
+    with step_timings.step("reader.assign"):
+        consumer.assign(partitions)
+    one_topic = len({r.topic for r in ranges}) == 1
+    first_fetch = True
+    last_progress = last_check = clock()
+    while True:
+        active = [p for p in progress.values() if not p.done]
+        if not active:
+            return
+        # consume() waits until it has that many messages or the timeout passed: asking for
+        # exactly what remains returns as soon as the last record arrives (asking for more
+        # made every small split wait the full second, then a broker-held fetch for EOF).
+        wanted = min(CONSUME_BATCH, sum(p.range.end - p.position for p in active))
+        started = time.perf_counter()
+        messages = consumer.consume(wanted, _CONSUME_WAIT_S)
+        if first_fetch and messages:
+            step_timings.record("reader.first_fetch", (time.perf_counter() - started) * 1000)
+            first_fetch = False
+        records, moved = _sort_out(consumer, messages, progress, config, one_topic)
+        batch = None
+        if records:
+            with step_timings.step("reader.arrow"):
+                single = len(active) == 1
+                batch = to_record_batch(records, active[0].range.topic if single or one_topic else None,
+                                        active[0].range.partition if single else None, config.include_headers)
+        now = clock()
+        if moved:
+            for bucket, position in moved.items():
+                progress[bucket].position = max(progress[bucket].position, position)
+                if progress[bucket].done:
+                    consumer.pause([TopicPartition(bucket.topic, bucket.partition)])
+            last_progress = last_check = now
+            yield batch, {b: p.position for b, p in progress.items()}
+            continue
+        stuck = [p for p in progress.values() if not p.done]
+        if now - last_check >= _EXISTENCE_CHECK_S:
+            last_check = now
+            gone = [p for p in stuck if _vanished(consumer, p.range, config)]
+            if gone:
+                for p in gone:
+                    p.position = _handle_vanished(p.range, p.position, config)
+                    consumer.pause([TopicPartition(p.range.topic, p.range.partition)])
+                yield None, {b: p.position for b, p in progress.items()}
+                continue
+        if (now - last_progress) * 1000 >= config.poll_timeout_ms:
+            described = ", ".join(f"{p.range.bucket} [{p.range.start}, {p.range.end}) at offset {p.position}"
+                                  for p in stuck)
+            raise KafkaUnavailableError(
+                f"no progress reading {described} for {config.poll_timeout_ms} ms "
+                f"(kafkaConsumer.pollTimeoutMs); is the broker reachable?"
+            )
+
+
+def _sort_out(consumer, messages: list[Message], progress: dict[Bucket, _Progress], config: ReaderConfig,
+              one_topic: bool) -> tuple[list[Message], dict[Bucket, int]]:
+    """The records of ``messages`` that belong to their ranges (in order), and the new
+    position of every range that moved. Errors are handled here: end of partition moves a
+    position, out-of-range and vanished partitions are data loss, fatal errors raise."""
+    if not messages:
+        return [], {}
+    if not any(map(Message.error, messages)):  # C-level scan; errors are rare
+        return _in_range(messages, progress, one_topic)
+    records: list[Message] = []
+    moved: dict[Bucket, int] = {}
+    for message in messages:
+        error = message.error()
+        if error is None:
+            kept, positions = _in_range([message], progress, one_topic)
+            records.extend(kept)
+            for bucket, position in positions.items():
+                moved[bucket] = max(moved.get(bucket, position), position)
+            continue
+        bucket = Bucket(message.topic(), message.partition())
+        state = progress.get(bucket)
+        if state is None:
+            log.warning("error for a partition this split does not read: %s", config.kafka.redact(error.str()))
+            continue
+        position = max(state.position, moved.get(bucket, state.position))
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            # Every record before the end-of-partition offset has been delivered.
+            moved[bucket] = max(position, min(message.offset(), state.range.end))
+        elif code in _OUT_OF_RANGE_CODES:
+            moved[bucket] = _handle_out_of_range(consumer, state.range, position, config)
+        elif code in _UNKNOWN_TOPIC_CODES and _vanished(consumer, state.range, config):
+            moved[bucket] = _handle_vanished(state.range, position, config)
+        elif error.fatal():
+            raise KafkaUnavailableError(
+                f"reading {bucket} [{state.range.start}, {state.range.end}) failed at offset {position}: "
+                f"{config.kafka.redact(error.str())}"
+            )
+        else:
+            log.warning("transient error reading %s: %s", bucket, config.kafka.redact(error.str()))
+    return records, {b: o for b, o in moved.items() if o > progress[b].position}
+
+
+def _in_range(messages: list[Message], progress: dict[Bucket, _Progress], one_topic: bool) -> tuple[
+        list[Message], dict[Bucket, int]]:
+    """Error-free ``messages`` cut to their ranges, and each moved range's position after
+    them. A record at or past a range's end ends that range (the records before it were
+    all delivered)."""
+    partitions = list(map(Message.partition, messages))
+    topics = itertools.repeat(None) if one_topic else list(map(Message.topic, messages))
+    topic_of_all = next(iter(progress)).topic if one_topic else None
+    kept: list[Message] = []
+    moved: dict[Bucket, int] = {}
+    index = 0
+    for (topic, partition), run in itertools.groupby(zip(topics, partitions)):
+        length = sum(1 for _ in run)
+        chunk = messages[index:index + length]
+        index += length
+        bucket = Bucket(topic if topic is not None else topic_of_all, partition)
+        state = progress.get(bucket)
+        if state is None or state.done:
+            continue  # prefetched records of a range already done, or not ours
+        first, last = chunk[0].offset(), chunk[-1].offset()
+        end = state.range.end
+        if first >= state.position and last < end:
+            kept.extend(chunk)
+            moved[bucket] = last + 1
+            continue
+        inside = [m for m in chunk if state.position <= m.offset() < end]
+        kept.extend(inside)
+        if last >= end:
+            moved[bucket] = end
+        elif inside:
+            moved[bucket] = inside[-1].offset() + 1
+    return kept, moved
+
+
+class _ReadSpan:
+    """The ``backlog.read`` span of a range that crosses its bucket's boundary, as a child
+    of the bucket span whose context the range carries. Exported (and flushed) once."""
+
+    def __init__(self, r: KafkaRange, source_id: str, parent: SpanContextIds) -> None:
+        self.range = r
+        self.source_id = source_id
         self.parent = parent
         self.ids = SpanContextIds(parent.trace_id, new_span_id())
         self.start_ns = time.time_ns()
         self.events: list[SpanEventRecord] = []
 
     @classmethod
-    def begin(cls, split: KafkaSplit, config: ReaderConfig) -> "_ReadSpan | None":
-        if not (config.events_topic is not None and split.crosses_boundary):
+    def begin(cls, r: KafkaRange, source_id: str, tracking: bool) -> "_ReadSpan | None":
+        if not (tracking and r.crosses_boundary):
             return None
-        parent = SpanContextIds.parse(split.traceparent)
+        parent = SpanContextIds.parse(r.traceparent)
         if parent is None or not telemetry.enabled():
             return None
-        return cls(split, parent)
+        return cls(r, source_id, parent)
 
     def boundary_reached(self, position: int) -> None:
         if not self.events:
@@ -156,15 +334,15 @@ class _ReadSpan:
             )
 
     def finish(self, position: int | None, error: str | None = None) -> None:
-        split = self.split
+        r = self.range
         attributes: dict[str, object] = {
             span_names.MESSAGING_SYSTEM: span_names.MESSAGING_SYSTEM_KAFKA,
-            span_names.DESTINATION_NAME: split.topic,
-            span_names.DESTINATION_PARTITION: str(split.partition),
-            span_names.SPLIT_START_OFFSET: split.start,
-            span_names.SPLIT_END_OFFSET: split.end,
-            span_names.BOUNDARY_OFFSET: split.boundary,
-            span_names.SOURCE_ID: split.source_id,
+            span_names.DESTINATION_NAME: r.topic,
+            span_names.DESTINATION_PARTITION: str(r.partition),
+            span_names.SPLIT_START_OFFSET: r.start,
+            span_names.SPLIT_END_OFFSET: r.end,
+            span_names.BOUNDARY_OFFSET: r.boundary,
+            span_names.SOURCE_ID: self.source_id,
         }
         if position is not None:
             attributes[span_names.REACHED_OFFSET] = position
@@ -175,109 +353,44 @@ class _ReadSpan:
         telemetry.flush()
 
 
-def _consume_range(
-    consumer, split: KafkaSplit, config: ReaderConfig, clock
-) -> Iterator[tuple[pa.RecordBatch | None, int]]:
-    """Yield ``(batch or None, position after it)`` until the position reaches the end."""
-    topic, partition, end = split.topic, split.partition, split.end
-    consumer.assign([TopicPartition(topic, partition, split.start)])
-    position = split.start
-    last_progress = last_check = clock()
-    while position < end:
-        # consume() waits until it has that many messages or the timeout passed. Asking for
-        # more than the range still holds made every small split wait the full second, and
-        # waiting for the end-of-partition event costs a broker-held fetch (fetch.wait.max.ms,
-        # 500 ms): measured, a 500-record split took 1.0 s, then 0.5 s. Asking for exactly
-        # what remains returns as soon as the last record arrives; only ranges with gaps
-        # (compaction, transaction markers) wait for the end-of-partition event.
-        messages = consumer.consume(min(CONSUME_BATCH, end - position), _CONSUME_WAIT_S)
-        records = messages
-        moved_to = position
-        if any(map(Message.error, messages)):  # C-level scan; errors are rare
-            records = []
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    records.append(message)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    moved_to = max(moved_to, message.offset())
-                elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    moved_to = _handle_out_of_range(consumer, split, position, config)
-                elif error.code() in _UNKNOWN_TOPIC_CODES and _vanished(consumer, split, config):
-                    moved_to = _handle_vanished(split, position, config)
-                elif error.fatal():
-                    raise KafkaUnavailableError(
-                        f"reading {split.bucket} [{split.start}, {end}) failed at offset {position}: "
-                        f"{config.kafka.redact(error.str())}"
-                    )
-                else:
-                    log.warning("transient error reading %s: %s", split.bucket, config.kafka.redact(error.str()))
-        if records and records[-1].offset() >= end:
-            records = [m for m in records if m.offset() < end]
-            moved_to = end
-        batch = None
-        if records:
-            moved_to = max(moved_to, records[-1].offset() + 1)
-            batch = to_record_batch(records, topic, partition, config.include_headers)
-        now = clock()
-        if moved_to > position:
-            position = moved_to
-            last_progress = last_check = now
-            yield batch, position
-        elif now - last_check >= _EXISTENCE_CHECK_S and _vanished(consumer, split, config):
-            position = _handle_vanished(split, position, config)
-            yield None, position
-        elif (now - last_progress) * 1000 >= config.poll_timeout_ms:
-            raise KafkaUnavailableError(
-                f"no progress reading {split.bucket} [{split.start}, {end}) at offset {position} for "
-                f"{config.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the broker reachable?"
-            )
-        if now - last_check >= _EXISTENCE_CHECK_S:
-            last_check = now
-
-
-_UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
-
-
-def _vanished(consumer, split: KafkaSplit, config: ReaderConfig) -> bool:
-    """Confirm with a metadata request that the split's partition no longer exists (an
+def _vanished(consumer, r: KafkaRange, config: ReaderConfig) -> bool:
+    """Confirm with a metadata request that the range's partition no longer exists (an
     unknown-topic error can also be a transient metadata glitch)."""
     try:
-        metadata = consumer.list_topics(split.topic, timeout=min(config.poll_timeout_ms / 1000, 10))
+        metadata = consumer.list_topics(r.topic, timeout=min(config.poll_timeout_ms / 1000, 10))
     except Exception:
         return False  # cannot tell: keep trying until pollTimeoutMs
-    topic = metadata.topics.get(split.topic)
-    return topic is None or topic.error is not None or split.partition not in topic.partitions
+    topic = metadata.topics.get(r.topic)
+    return topic is None or topic.error is not None or r.partition not in topic.partitions
 
 
-def _handle_vanished(split: KafkaSplit, position: int, config: ReaderConfig) -> int:
-    """The partition was deleted while this split read it: fail, or finish the split."""
+def _handle_vanished(r: KafkaRange, position: int, config: ReaderConfig) -> int:
+    """The partition was deleted while this range was read: fail, or finish the range."""
     message = (
-        f"{split.bucket} no longer exists; records {position}..{split.end - 1} of the batch range "
-        f"[{split.start}, {split.end}) cannot be read"
+        f"{r.bucket} no longer exists; records {position}..{r.end - 1} of the batch range "
+        f"[{r.start}, {r.end}) cannot be read"
     )
     if config.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
-    return split.end
+    return r.end
 
 
-def _handle_out_of_range(consumer, split: KafkaSplit, position: int, config: ReaderConfig) -> int:
+def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderConfig) -> int:
     """The broker no longer has ``position``: fail, or skip to the earliest offset and return it."""
     low, high = consumer.get_watermark_offsets(
-        TopicPartition(split.topic, split.partition), timeout=config.poll_timeout_ms / 1000
+        TopicPartition(r.topic, r.partition), timeout=config.poll_timeout_ms / 1000
     )
     # Below the earliest offset: retention deleted records. At or past the log end: the
     # topic was re-created or truncated, and nothing of the rest of the range exists.
-    resume = min(low, split.end) if low > position else split.end
+    resume = min(low, r.end) if low > position else r.end
     message = (
-        f"offset {position} of {split.bucket} is out of range (earliest {low}, log end {high}); "
-        f"records {position}..{resume - 1} of the batch range [{split.start}, {split.end}) "
-        "are gone"
+        f"offset {position} of {r.bucket} is out of range (earliest {low}, log end {high}); "
+        f"records {position}..{resume - 1} of the batch range [{r.start}, {r.end}) are gone"
     )
     if config.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
-    if resume < split.end:
-        consumer.assign([TopicPartition(split.topic, split.partition, resume)])
+    if resume < r.end:
+        consumer.seek(TopicPartition(r.topic, r.partition, resume))
     return resume

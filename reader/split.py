@@ -1,31 +1,27 @@
-"""A split: the immutable plan of one Spark input partition.
+"""Splits: the immutable plan of one Spark input partition (one task).
 
 Created on the driver by ``partitions(start, end)``, pickled to an executor, read there by
-:func:`reader.kafka_reader.read_split`. It holds plain values only.
+:func:`reader.kafka_reader.read_split` or :func:`reader.snapshot_reader.read_snapshot_split`.
+They hold plain values only; Spark pickles them, so they need no other codec.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
 from backlog_core.buckets import Bucket
-from backlog_core.errors import OffsetFormatError
-
-SPLIT_VERSION = 1
 
 
 @dataclass(frozen=True)
-class KafkaSplit(InputPartition):
-    """Read offsets ``[start, end)`` of one bucket.
+class KafkaRange:
+    """Offsets ``[start, end)`` of one bucket.
 
     ``boundary`` is the bucket's backlog boundary (a log end offset) while the bucket is in
-    backlog, else None; the reader that moves the consumer position from below the boundary
-    to at or past it reports that the bucket finished its backlog. ``source_id`` names the
-    source instance (stable across restarts of one checkpoint); ``traceparent`` is the W3C
-    trace context of the backlog phase, or None.
+    backlog or this batch reaches it, else None; the reader whose consumer position moves
+    from below the boundary to at or past it reports that the bucket finished its backlog.
+    ``traceparent`` is the W3C context of the bucket's span, or None.
     """
 
     topic: str
@@ -33,37 +29,43 @@ class KafkaSplit(InputPartition):
     start: int
     end: int
     boundary: int | None = None
-    source_id: str = ""
     traceparent: str | None = None
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.end < self.start:
-            raise ValueError(f"split of {self.topic}-{self.partition} has an invalid range [{self.start}, {self.end})")
+            raise ValueError(f"range of {self.topic}-{self.partition} is invalid: [{self.start}, {self.end})")
 
     @property
     def bucket(self) -> Bucket:
         return Bucket(self.topic, self.partition)
 
     @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
     def crosses_boundary(self) -> bool:
-        """True when reading this split takes the position from below the boundary to it."""
+        """True when reading this range takes the position from below the boundary to it."""
         return self.boundary is not None and self.start < self.boundary <= self.end
 
-    def to_json(self) -> dict[str, Any]:
-        return {"v": SPLIT_VERSION, **asdict(self)}
 
-    @classmethod
-    def from_json(cls, data: Any) -> "KafkaSplit":
-        if not isinstance(data, dict) or data.get("v") != SPLIT_VERSION:
-            version = data.get("v") if isinstance(data, dict) else None
-            raise OffsetFormatError(
-                f"split version {version!r} is not understood; this release reads version {SPLIT_VERSION}"
-            )
-        fields = {k: v for k, v in data.items() if k != "v"}
-        try:
-            return cls(**fields)
-        except TypeError as exc:
-            raise OffsetFormatError(f"malformed split: {exc}") from None
+@dataclass(frozen=True)
+class KafkaSplit(InputPartition):
+    """One task's reads: ranges of distinct buckets, read together by one consumer, so a
+    batch of small ranges over many partitions costs a few tasks instead of one each.
+    ``source_id`` names the source instance (stable across restarts of one checkpoint)."""
+
+    ranges: tuple[KafkaRange, ...]
+    source_id: str = ""
+
+    def __post_init__(self) -> None:
+        buckets = [r.bucket for r in self.ranges]
+        if len(set(buckets)) != len(buckets):
+            raise ValueError(f"a split reads each bucket once, got {', '.join(map(str, buckets))}")
+
+    @property
+    def records(self) -> int:
+        return sum(r.size for r in self.ranges)
 
 
 @dataclass(frozen=True)

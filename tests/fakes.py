@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from backlog_core.buckets import Bucket
 from enumerator.kafka_offsets import TopicIdentity
@@ -30,9 +30,9 @@ class FakeOffsetsClient:
     topic_ids: dict[str, str] = field(default_factory=dict)
     closed: int = 0
 
-    def partition_counts(self) -> dict[str, int]:
+    def partition_counts(self, topics=None) -> dict[str, int]:
         self.calls.append("partition_counts")
-        return {topic: len(parts) for topic, parts in self.topics.items()}
+        return {topic: len(parts) for topic, parts in self.topics.items() if topics is None or topic in topics}
 
     def _pair(self, bucket: Bucket) -> tuple[int, int]:
         return self.topics[bucket.topic][bucket.partition]
@@ -116,33 +116,54 @@ class FakeControlTopic:
 # -- a consumer: scripted confluent Messages ----------------------------------------------
 
 
-def Msg(offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None):
+def Msg(offset, value=b"v", error=None, key=b"k", ts=(1, 1_700_000_000_123), headers=None, partition=0, topic="t"):
     """A real confluent Message (the hot path calls its C methods unbound)."""
-    return Message(topic="t", partition=0, offset=offset, key=key, value=value, error=error, timestamp=ts, headers=headers)
+    return Message(topic=topic, partition=partition, offset=offset, key=key, value=value, error=error, timestamp=ts,
+                   headers=headers)
 
 
 def Err(code, fatal=False):
     return KafkaError(code, fatal=fatal)
 
 
-def eof(offset):
-    return Msg(offset, error=Err(KafkaError._PARTITION_EOF))
+def eof(offset, partition=0, topic="t"):
+    return Msg(offset, error=Err(KafkaError._PARTITION_EOF), partition=partition, topic=topic)
 
 
 class FakeConsumer:
+    """A consumer that returns scripted ``consume()`` results (a list of Messages, or an
+    exception to raise) and records what it was asked. Callable: it is its own factory."""
+
     def __init__(self, script, watermarks=(0, 0), clock=None):
         self.script = list(script)
-        self.assigned = []
+        self.assigned: list[list[tuple[str, int, int]]] = []
+        self.paused: set[tuple[str, int]] = set()
+        self.seeks: list[tuple[str, int, int]] = []
+        self.created = 0
         self.closed = False
         self.watermarks = watermarks
         self.clock = clock
+        self.config: dict | None = None
 
     def __call__(self, config):
         self.config = config
+        self.created += 1
         return self
 
     def assign(self, partitions):
         self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in partitions])
+
+    def assignment(self):
+        return [TopicPartition(t, p) for t, p, _ in (self.assigned[-1] if self.assigned else [])]
+
+    def pause(self, partitions):
+        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+
+    def resume(self, partitions):
+        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
+
+    def seek(self, tp):
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
 
     def consume(self, num, timeout):
         if self.script:

@@ -1,17 +1,25 @@
-"""The split reader against a scripted fake consumer: ends by position, never by empty polls."""
+"""The split reader against a scripted fake consumer: ends by position, never by empty polls;
+several ranges per task; Spark's values for headers and timestamps."""
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError
 
-from backlog_core.errors import DataLossError, KafkaUnavailableError
+from backlog_core.errors import DataLossError, KafkaUnavailableError, MalformedRecordError
+from backlog_core.schema import arrow_schema
 from backlog_core.settings import parse_options
-from reader import kafka_reader
 from reader.kafka_reader import read_split
-from reader.split import KafkaSplit
+from reader.split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
-
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "5000"}).reader_config
+
+
+def split(*ranges, source_id=""):
+    return KafkaSplit(tuple(KafkaRange(*r) if isinstance(r, tuple) else r for r in ranges), source_id)
+
+
+def read(s, consumer, config=SETTINGS, **kwargs):
+    return list(read_split(s, config, consumer_factory=consumer, **kwargs))
 
 
 def offsets_read(batches):
@@ -20,16 +28,15 @@ def offsets_read(batches):
 
 def test_range_ends_at_a_record_past_the_end_and_drops_it():
     consumer = FakeConsumer([[Msg(0), Msg(1)], [Msg(2), Msg(3), Msg(4)]])
-    batches = list(read_split(KafkaSplit("t", 0, 0, 4), SETTINGS, consumer_factory=consumer))
+    batches = read(split(("t", 0, 0, 4)), consumer)
     assert offsets_read(batches) == [0, 1, 2, 3]
-    assert consumer.closed
+    assert consumer.assigned == [[("t", 0, 0)]] and consumer.closed
     assert consumer.config["auto.offset.reset"] == "error" and consumer.config["enable.partition.eof"] is True
 
 
 def test_compaction_gap_at_the_end_finishes_on_end_of_partition():
     # Offsets 3 and 4 were compacted away (or are transaction markers): no record at end - 1.
-    consumer = FakeConsumer([[Msg(0), Msg(2)], [], [eof(5)]])
-    batches = list(read_split(KafkaSplit("t", 0, 0, 5), SETTINGS, consumer_factory=consumer))
+    batches = read(split(("t", 0, 0, 5)), FakeConsumer([[Msg(0), Msg(2)], [], [eof(5)]]))
     assert offsets_read(batches) == [0, 2]
 
 
@@ -37,21 +44,41 @@ def test_empty_polls_alone_never_end_a_range():
     clock = FakeClock()
     consumer = FakeConsumer([[Msg(0)]], clock=clock)
     with pytest.raises(KafkaUnavailableError, match=r"no progress reading t-0 \[0, 3\) at offset 1 for 5000 ms"):
-        list(read_split(KafkaSplit("t", 0, 0, 3), SETTINGS, consumer_factory=consumer, clock=clock))
+        read(split(("t", 0, 0, 3)), consumer, clock=clock)
     assert consumer.closed
 
 
-def test_empty_range_needs_no_consumer():
+def test_empty_ranges_need_no_consumer():
     def refuse(config):
         raise AssertionError("no consumer should be created")
 
-    assert list(read_split(KafkaSplit("t", 0, 7, 7), SETTINGS, consumer_factory=refuse)) == []
+    assert read(split(("t", 0, 7, 7)), refuse) == []
+
+
+def test_several_ranges_are_read_by_one_consumer_into_one_batch_per_fetch():
+    """A small batch over many partitions is one task: one consumer, all ranges assigned at
+    their starts, records of several partitions in one Arrow batch with their own columns."""
+    consumer = FakeConsumer([
+        [Msg(10, partition=0), Msg(11, partition=0), Msg(5, partition=3), Msg(12, partition=0)],
+        [Msg(6, partition=3), Msg(7, partition=3)],
+    ])
+    batches = read(split(("t", 0, 10, 12), ("t", 3, 5, 7)), consumer)
+    rows = [(r["partition"], r["offset"]) for b in batches for r in b.to_pylist()]
+    assert rows == [(0, 10), (0, 11), (3, 5), (3, 6)]  # t-0's 12 and t-3's 7 are past their ends
+    assert consumer.assigned == [[("t", 0, 10), ("t", 3, 5)]]
+    assert ("t", 0) in consumer.paused  # a range that is done stops fetching while the others finish
+    assert len(batches) == 2
+
+
+def test_a_split_reads_each_bucket_once():
+    with pytest.raises(ValueError, match="a split reads each bucket once"):
+        split(("t", 0, 0, 5), ("t", 0, 5, 9))
 
 
 def test_out_of_range_is_data_loss_naming_the_offsets():
     consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))]], watermarks=(20, 40))
     with pytest.raises(DataLossError, match=r"offset 5 of t-0 is out of range \(earliest 20, log end 40\); records 5..19"):
-        list(read_split(KafkaSplit("t", 0, 5, 30), SETTINGS, consumer_factory=consumer))
+        read(split(("t", 0, 5, 30)), consumer)
 
 
 def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
@@ -59,30 +86,42 @@ def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
     consumer = FakeConsumer(
         [[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
     )
-    batches = list(read_split(KafkaSplit("t", 0, 5, 22), settings, consumer_factory=consumer))
+    batches = read(split(("t", 0, 5, 22)), consumer, settings)
     assert offsets_read(batches) == [20, 21]
-    assert consumer.assigned[-1] == [("t", 0, 20)]
+    assert consumer.seeks == [("t", 0, 20)]
 
 
 def test_fatal_error_fails_the_read():
     consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._FATAL, fatal=True))]])
     with pytest.raises(KafkaUnavailableError, match="failed at offset 0"):
-        list(read_split(KafkaSplit("t", 0, 0, 3), SETTINGS, consumer_factory=consumer))
+        read(split(("t", 0, 0, 3)), consumer)
 
 
 def test_columns_follow_sparks_kafka_source():
+    """KafkaRecordToRowConverter: NULL headers for a record without any; timestamp types
+    CreateTime 0, LogAppendTime 1, none -1."""
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "includeHeaders": "true"}).reader_config
-    consumer = FakeConsumer(
-        [[Msg(0, key=None, ts=(1, 1_700_000_000_123), headers=[("h", b"x")]), Msg(1, value=None, ts=(2, 5), headers=None), Msg(2, ts=(0, -1))], [eof(3)]]
-    )
-    (batch,) = list(read_split(KafkaSplit("t", 4, 0, 3), settings, consumer_factory=consumer))
+    consumer = FakeConsumer([[
+        Msg(0, key=None, ts=(1, 1_700_000_000_123), headers=[("h", b"x")], partition=4),
+        Msg(1, value=None, ts=(2, 5), headers=None, partition=4),
+        Msg(2, ts=(0, -1), headers=[], partition=4),
+    ], [eof(3, partition=4)]])
+    (batch,) = read(split(("t", 4, 0, 3)), consumer, settings)
     rows = batch.to_pylist()
-    assert [r["timestampType"] for r in rows] == [0, 1, -1]  # CreateTime, LogAppendTime, none
+    assert [r["timestampType"] for r in rows] == [0, 1, -1]
     assert rows[0]["timestamp"].isoformat() == "2023-11-14T22:13:20.123000+00:00"
     assert rows[0]["key"] is None and rows[1]["value"] is None
-    assert rows[0]["headers"] == [{"key": "h", "value": b"x"}] and rows[1]["headers"] == []
+    assert rows[0]["headers"] == [{"key": "h", "value": b"x"}]
+    assert rows[1]["headers"] is None and rows[2]["headers"] is None
     assert {r["topic"] for r in rows} == {"t"} and {r["partition"] for r in rows} == {4}
-    assert batch.schema == kafka_reader.to_record_batch.__globals__["_SCHEMAS"][True]
+    assert batch.schema == arrow_schema(True)
+
+
+def test_a_timestamp_beyond_a_spark_timestamp_fails_naming_the_record():
+    """Spark fails with KAFKA_MALFORMED_RECORD_TIMESTAMP; a wrapped timestamp is wrong data."""
+    consumer = FakeConsumer([[Msg(0), Msg(1, ts=(1, 1_712_345_678_123_456_789))]])
+    with pytest.raises(MalformedRecordError, match=r"offset 1 of t-0 has timestamp 1712345678123456789"):
+        read(split(("t", 0, 0, 2)), consumer)
 
 
 def test_a_partition_deleted_mid_read_is_data_loss_or_skipped():
@@ -94,15 +133,15 @@ def test_a_partition_deleted_mid_read_is_data_loss_or_skipped():
         return consumer
 
     with pytest.raises(DataLossError, match=r"t-0 no longer exists; records 2..9 of the batch range \[0, 10\)"):
-        list(read_split(KafkaSplit("t", 0, 0, 10), SETTINGS, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
+        read(split(("t", 0, 0, 10)), gone([[Msg(0), Msg(1)]] + unknown))
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"}).reader_config
-    batches = list(read_split(KafkaSplit("t", 0, 0, 10), settings, consumer_factory=gone([[Msg(0), Msg(1)]] + unknown)))
+    batches = read(split(("t", 0, 0, 10)), gone([[Msg(0), Msg(1)]] + unknown), settings)
     assert offsets_read(batches) == [0, 1]
 
 
 def test_an_unknown_topic_error_that_metadata_does_not_confirm_is_transient():
     glitch = [[Msg(-1001, error=Err(KafkaError.UNKNOWN_TOPIC_OR_PART))]]
-    batches = list(read_split(KafkaSplit("t", 0, 0, 3), SETTINGS, consumer_factory=FakeConsumer([[Msg(0)]] + glitch + [[Msg(1), Msg(2)]])))
+    batches = read(split(("t", 0, 0, 3)), FakeConsumer([[Msg(0)]] + glitch + [[Msg(1), Msg(2)]]))
     assert offsets_read(batches) == [0, 1, 2]
 
 
@@ -111,4 +150,18 @@ def test_a_deleted_partition_is_noticed_even_without_an_error_from_the_client():
     consumer = FakeConsumer([[Msg(0)]], clock=clock)
     consumer.topics_present = {}  # metadata no longer lists the topic
     with pytest.raises(DataLossError, match="t-0 no longer exists"):
-        list(read_split(KafkaSplit("t", 0, 0, 5), SETTINGS, consumer_factory=consumer, clock=clock))
+        read(split(("t", 0, 0, 5)), consumer, clock=clock)
+
+
+def test_small_ranges_fetch_less_and_a_users_setting_wins():
+    consumer = FakeConsumer([[Msg(0)]])
+    read(split(("t", 0, 0, 1)), consumer)
+    assert consumer.config["max.partition.fetch.bytes"] == 65_536
+    consumer = FakeConsumer([[Msg(0)], [eof(5_000)]])
+    read(split(("t", 0, 0, 5_000)), consumer)
+    assert consumer.config["max.partition.fetch.bytes"] == 1_048_576
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                              "kafka.max.partition.fetch.bytes": "2000000"}).reader_config
+    consumer = FakeConsumer([[Msg(0)]])
+    read(split(("t", 0, 0, 1)), consumer, settings)
+    assert consumer.config["max.partition.fetch.bytes"] == "2000000"
