@@ -254,6 +254,9 @@ class SourceSettings(BaseModel):
     backlog_events_topic: Text = Field("_backlog_events", alias="backlog.eventsTopic")
     backlog_reenter_lag: PositiveNumber | None = Field(None, alias="backlog.reenterLag")
     backlog_max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="backlog.maxOffsetsPerTrigger")
+    #: While the source finds nothing new it asks Kafka again at most this often: Spark polls
+    #: an idle source about every 10 ms with a "0 seconds" trigger.
+    backlog_min_poll_interval_ms: NonNegativeNumber = Field(100, alias="backlog.minPollIntervalMs")
     snapshot_path: Text | None = Field(None, alias="snapshot.path")
 
     @model_validator(mode="after")

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from backlog_core import span_names, telemetry
+from backlog_core import span_names, step_timings, telemetry
 from backlog_core.buckets import Bucket
 from backlog_core.errors import DataLossError
 from backlog_core.offset import SourceOffset
@@ -129,6 +129,7 @@ class Enumerator:
         self._latest: dict[Bucket, int] = {}
         self._settled: tuple[SourceOffset, Settled] | None = None
         self._exported: set[int] = set()  # span ids exported in this run
+        self._quiet: tuple[SourceOffset, float] | None = None  # (start, until) after a plan found nothing
 
     # ---------------------------------------------------------------- Spark hooks
 
@@ -167,17 +168,28 @@ class Enumerator:
         Raises :class:`DataLossError`, :class:`~backlog_core.errors.KafkaUnavailableError`
         or :class:`~backlog_core.errors.ControlTopicError`.
         """
+        if self._quiet is not None and self._clock() < self._quiet[1] and self._quiet[0] == start:
+            return start  # found nothing a moment ago: no request (backlog.minPollIntervalMs)
         if self._resumed is None:
             # The run's first plan: a start this run did not create comes from a checkpoint.
             self._resumed = self._initial is None or start.source_id != self._initial.source_id
             restart = self._resumed
         else:
             restart = False
-        settled = self._settle(start)
-        view = self._refresh(start)
-        state = self._enter_backlog(start, settled.state, view, restart)
-        plan = self._plan(start, view, state, budget)
-        return self._offset(start, settled, view, plan)
+        end = self._plan_next(start, budget, restart)
+        quiet_ms = self._settings.backlog_min_poll_interval_ms
+        self._quiet = (start, self._clock() + quiet_ms / 1000) if quiet_ms and end == start else None
+        return end
+
+    def _plan_next(self, start: SourceOffset, budget: ReadBudget, restart: bool) -> SourceOffset:
+        with step_timings.step("driver.settle"):
+            settled = self._settle(start)
+        with step_timings.step("driver.refresh"):
+            view = self._refresh(start)
+        with step_timings.step("driver.plan"):
+            state = self._enter_backlog(start, settled.state, view, restart)
+            plan = self._plan(start, view, state, budget)
+            return self._offset(start, settled, view, plan)
 
     def prepare_for_available_now(self) -> None:
         """Record the latest offsets now: an AvailableNow run reads up to them and stops."""
@@ -225,7 +237,8 @@ class Enumerator:
         a vanished bucket or offsets that moved backwards fail the query; otherwise the
         bucket is dropped, or read again from its earliest offset."""
         positions = dict(start.positions)
-        current = self._subscription.buckets()
+        with step_timings.step("driver.refresh.subscription"):
+            current = self._subscription.buckets()
         target = self._available_now_target
         if target is not None:
             current &= target.keys() | positions.keys()  # partitions created later wait for the next run
@@ -237,7 +250,8 @@ class Enumerator:
         for bucket in sorted(new):
             log.info("discovered %s; it is read from its earliest offset %d", bucket, starts[bucket])
         read_from = {**positions, **starts}
-        latest = self._client.latest_offsets(read_from.keys()) if read_from else {}
+        with step_timings.step("driver.refresh.latest_offsets"):
+            latest = self._client.latest_offsets(read_from.keys()) if read_from else {}
         if target is not None:
             self._verify_available_now(target, latest, gone)
         starts.update(self._moved_backwards(read_from, latest))

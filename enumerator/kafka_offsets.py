@@ -64,8 +64,9 @@ class TopicIdentity:
 class OffsetsClient(Protocol):
     """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`."""
 
-    def partition_counts(self) -> dict[str, int]:
-        """Every non-internal topic the cluster has, with its partition count."""
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        """The partition count of each of ``topics`` that exists, or of every non-internal
+        topic of the cluster when ``topics`` is None."""
 
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         """The first available offset of each bucket."""
@@ -197,7 +198,10 @@ class KafkaOffsetsClient:
             text = f"{text} (last connection error: {self._failure.line})"
         return self._kafka.redact(text)
 
-    def partition_counts(self) -> dict[str, int]:
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        if topics is not None:
+            return self._describe_counts(sorted(set(topics)))
+
         def request(timeout_s: float) -> dict[str, int]:
             metadata = self._client().list_topics(timeout=timeout_s)
             return {
@@ -207,6 +211,26 @@ class KafkaOffsetsClient:
             }
 
         return self._call("listing topics", request)
+
+    def _describe_counts(self, topics: list[str]) -> dict[str, int]:
+        """One DescribeTopicPartitions request for the named topics (a metadata request for
+        the whole cluster costs more the more topics it has); missing ones are left out."""
+        if not topics:
+            return {}
+
+        def request(timeout_s: float) -> dict[str, int]:
+            futures = self._client().describe_topics(TopicCollection(topics), request_timeout=timeout_s)
+            counts = {}
+            for name, future in futures.items():
+                try:
+                    counts[name] = len(future.result(timeout=timeout_s).partitions)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    if error is None or error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                        raise
+            return counts
+
+        return self._call("describing the subscribed topics", request)
 
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
@@ -259,7 +283,7 @@ class KafkaOffsetsClient:
         return self._call(f"describing topic {topic!r}", request)
 
     def ensure_topic(self, topic: str, partitions: int) -> None:
-        if topic in self.partition_counts():
+        if topic in self.partition_counts([topic]):
             return
         admin = self._client()
         timeout_s = self._policy.timeout_ms / 1000

@@ -34,7 +34,7 @@ class Subscription:
         settings = self._settings
         if settings.assign is not None:
             return set(settings.assign)
-        counts = self._client.partition_counts()
+        counts = self._client.partition_counts(settings.subscribe)  # every topic for a pattern
         if settings.subscribe is not None:
             topics = [t for t in settings.subscribe if t in counts]
             missing = tuple(sorted(set(settings.subscribe) - set(counts)))
@@ -51,7 +51,7 @@ class Subscription:
         """For ``assign``: raise :class:`ConfigError` naming partitions that do not exist."""
         if self._settings.assign is None:
             return
-        counts = self._client.partition_counts()
+        counts = self._client.partition_counts({b.topic for b in self._settings.assign})
         missing = sorted(b for b in self._settings.assign if b.partition >= counts.get(b.topic, 0))
         if missing:
             raise ConfigError(f"option 'assign' names partition(s) that do not exist: {', '.join(map(str, missing))}")

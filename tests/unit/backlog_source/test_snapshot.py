@@ -105,6 +105,7 @@ def enumerator(partitions, topics, fail_on_data_loss="true"):
     """a snapshot of topic 'a' with ``partitions`` {partition: (log_offset, rows)}."""
     snap = Manifest("a", "s", 1, {p: PartitionSnapshot(o, rows, FILES) for p, (o, rows) in partitions.items()})
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0",
                               "snapshot.path": "/snap", "failOnDataLoss": fail_on_data_loss})
     return Enumerator(settings, FakeOffsetsClient(topics=topics), FakeControlTopic(), clock=FakeClock(),
                       snapshot_loader=lambda path: (None, path, snap))

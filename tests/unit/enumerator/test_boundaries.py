@@ -15,11 +15,14 @@ from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1, A2, A3 = Bucket("a", 0), Bucket("a", 1), Bucket("a", 2), Bucket("a", 3)
 ALL = ReadBudget()
+# These tests plan batch after batch on a clock that does not move: no idle-poll bound.
+NO_POLL_BOUND = {"backlog.minPollIntervalMs": "0"}
 
 
 def make(options=None, topics=None, **fake):
     settings = parse_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest", **(options or {})}
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest", **NO_POLL_BOUND,
+         **(options or {})}
     )
     client = FakeOffsetsClient(topics=topics or {"a": [(0, 100), (10, 10), (0, 30)]}, **fake)
     control = FakeControlTopic()
@@ -29,7 +32,8 @@ def make(options=None, topics=None, **fake):
 def restarted(client, options=None, control=None):
     """A new run of the same query (a new enumerator) on the same cluster."""
     settings = parse_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest", **(options or {})}
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest", **NO_POLL_BOUND,
+         **(options or {})}
     )
     return Enumerator(settings, client, control or FakeControlTopic(), clock=FakeClock())
 

@@ -4,6 +4,7 @@ import pytest
 
 from backlog_core.buckets import Bucket
 from backlog_core.errors import ConfigError, DataLossError
+from backlog_core.offset import SourceOffset
 from backlog_core.settings import parse_options
 from enumerator.enumerator import Enumerator, ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
@@ -12,7 +13,9 @@ A0, A1 = Bucket("a", 0), Bucket("a", 1)
 
 
 def make(options=None, topics=None, clock=None, **fake):
-    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **(options or {})})
+    # These tests plan batch after batch on a clock that does not move: no idle-poll bound.
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.minPollIntervalMs": "0",
+                              **(options or {})})
     client = FakeOffsetsClient(topics=topics if topics is not None else {"a": [(0, 100), (10, 50)]}, **fake)
     return Enumerator(settings, client, FakeControlTopic(), clock=clock or FakeClock()), client
 
@@ -218,3 +221,23 @@ def test_missing_subscribed_topic_is_waited_for():
     client.topics["later"] = [(0, 4)]
     end = enumerator.latest_offset(start, ReadBudget())
     assert end.starts[Bucket("later", 0)] == 0 and end.positions[Bucket("later", 0)] == 4
+
+
+def test_an_idle_source_asks_kafka_at_most_once_per_min_poll_interval():
+    """Spark polls an idle source about every 10 ms with a "0 seconds" trigger: after a plan
+    that found nothing, the next ones within backlog.minPollIntervalMs make no request."""
+    clock = FakeClock()
+    enumerator, client = make({"backlog.minPollIntervalMs": "100"}, clock=clock)
+    start = enumerator.initial_offset()
+    assert enumerator.latest_offset(start, ReadBudget()) is start  # found nothing
+    client.calls.clear()
+    client.append("a", 0, 5)
+    for _ in range(50):  # 50 polls within the interval, each with a fresh copy as Spark passes it
+        assert enumerator.latest_offset(SourceOffset.from_json(start.to_json()), ReadBudget()) == start
+    assert client.calls == []
+    clock.advance(0.1)
+    end = enumerator.latest_offset(start, ReadBudget())  # the next poll after it asks, and finds the records
+    assert end.positions[A0] == 105 and client.calls.count("latest_offsets") == 1
+    client.calls.clear()
+    assert enumerator.latest_offset(end, ReadBudget()) is end  # a new start is always planned at once
+    assert client.calls.count("latest_offsets") == 1
