@@ -48,6 +48,8 @@ _NOT_RETRIABLE = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError.GROUP_AUTHORIZATION_FAILED,
 }
+#: What describing a missing topic answers (broker error, or librdkafka's own).
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,14 @@ class KafkaOffsetsClient:
     :class:`RequestPolicy`."""
 
     def __init__(self, kafka: KafkaClientConfig, policy: RequestPolicy = RequestPolicy(), *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 admin_factory: Callable[[dict], AdminClient] = AdminClient) -> None:
+        """``clock``, ``sleep`` and ``admin_factory`` are replaced by unit tests only."""
         self._kafka = kafka
         self._policy = policy
         self._clock = clock
         self._sleep = sleep
+        self._admin_factory = admin_factory
         self._admin: AdminClient | None = None
         self._failure: _LastFailure | None = None
 
@@ -149,7 +154,7 @@ class KafkaOffsetsClient:
         if self._admin is None:
             self._failure = _LastFailure()
             try:
-                self._admin = AdminClient(self._kafka.librdkafka(ClientRole.ADMIN, logger=self._failure.logger))
+                self._admin = self._admin_factory(self._kafka.librdkafka(ClientRole.ADMIN, logger=self._failure.logger))
             except KafkaException as exc:
                 raise ConfigError(f"the kafka.* options are not a valid client configuration: "
                                   f"{self._kafka.redact(_error_text(exc))}") from None
@@ -169,13 +174,14 @@ class KafkaOffsetsClient:
             try:
                 return request(max(remaining, 0.001))
             except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if error is not None and error.code() in _NOT_RETRIABLE:
+                if _error_code(exc) in _NOT_RETRIABLE:
                     raise ConfigError(
                         f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
                         "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
                     ) from None
                 failure = exc
+            except ConfigError:
+                raise  # the client could not even be created: retrying changes nothing
             except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
                 failure = exc
             remaining = deadline - self._clock()
@@ -225,8 +231,7 @@ class KafkaOffsetsClient:
                 try:
                     counts[name] = len(future.result(timeout=timeout_s).partitions)
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                    if error is None or error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    if _error_code(exc) not in _UNKNOWN_TOPIC:
                         raise
             return counts
 
@@ -274,8 +279,7 @@ class KafkaOffsetsClient:
             try:
                 description = future.result(timeout=timeout_s)
             except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if error is not None and error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                if _error_code(exc) in _UNKNOWN_TOPIC:
                     return None
                 raise
             return TopicIdentity(str(description.topic_id), len(description.partitions))
@@ -291,13 +295,17 @@ class KafkaOffsetsClient:
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
                 return  # another query created it first
             raise ControlTopicError(
                 f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
                 f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
                 "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
             ) from None
+
+
+def _error_code(exc: KafkaException) -> int | None:
+    return exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
 
 
 def _error_text(exc: BaseException) -> str:

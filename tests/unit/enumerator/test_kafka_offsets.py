@@ -1,0 +1,240 @@
+"""KafkaOffsetsClient's contract without a broker: one deadline for a call, retries inside
+it, configuration errors raised at once, secrets never in a message, missing topics left out.
+The AdminClient is a fake that answers from a script; the clock and sleep are fakes too."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from backlog_core.buckets import Bucket
+from backlog_core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_core.kafka_config import KafkaClientConfig
+from enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
+
+SECRET = "s3cret-pass"
+KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", secrets={"sasl.password": SECRET})
+A0, A1 = Bucket("a", 0), Bucket("a", 1)
+
+
+def failed(code: int, text: str = "") -> KafkaException:
+    return KafkaException(KafkaError(code, text or f"error {code}"))
+
+
+def future(value=None, error: BaseException | None = None) -> Future:
+    result: Future = Future()
+    if error is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(value)
+    return result
+
+
+class FakeAdmin:
+    """Answers ``list_offsets`` / ``describe_topics`` / ``create_topics`` from ``script``: each
+    request takes the next entry, an exception to raise or a callable building the answer."""
+
+    def __init__(self, script, clock=None, cost_s: float = 0.0):
+        self.script = list(script)
+        self.requests: list[tuple[str, float]] = []  # (what, timeout the client allowed)
+        self.clock = clock
+        self.cost_s = cost_s
+        self.config: dict | None = None
+
+    def __call__(self, config):
+        self.config = config
+        return self
+
+    def _next(self, what: str, timeout: float, *args):
+        self.requests.append((what, timeout))
+        if self.clock is not None:
+            self.clock.now += self.cost_s
+        entry = self.script.pop(0)
+        if isinstance(entry, BaseException):
+            raise entry
+        return entry(*args)
+
+    def list_offsets(self, specs, isolation_level, request_timeout):
+        return self._next("list_offsets", request_timeout, specs)
+
+    def describe_topics(self, topics, request_timeout):
+        return self._next("describe_topics", request_timeout, topics)
+
+    def list_topics(self, timeout):
+        return self._next("list_topics", timeout)
+
+    def create_topics(self, topics, request_timeout):
+        return self._next("create_topics", request_timeout, topics)
+
+    def poll(self, timeout):
+        return 0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def offsets(values: dict[Bucket, int]):
+    """An answer to list_offsets: one resolved future per asked partition."""
+    return lambda specs: {tp: future(SimpleNamespace(offset=values[Bucket(tp.topic, tp.partition)])) for tp in specs}
+
+
+def client(script, policy=RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10), cost_s=0.0):
+    clock = Clock()
+    admin = FakeAdmin(script, clock, cost_s)
+    return KafkaOffsetsClient(KAFKA, policy, clock=clock, sleep=clock.sleep, admin_factory=admin), admin, clock
+
+
+def test_one_batched_request_for_every_bucket():
+    offsets_client, admin, _ = client([offsets({A0: 5, A1: 7})])
+    assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
+    assert [what for what, _ in admin.requests] == ["list_offsets"]
+
+
+def test_a_transient_failure_is_retried_after_the_retry_interval():
+    offsets_client, admin, clock = client([failed(KafkaError._TRANSPORT), failed(KafkaError._TIMED_OUT), offsets({A0: 5})])
+    assert offsets_client.latest_offsets([A0]) == {A0: 5}
+    assert len(admin.requests) == 3 and clock.slept == [0.01, 0.01]
+
+
+def test_retries_used_up_raise_kafka_unavailable_naming_servers_options_and_attempts():
+    script = [failed(KafkaError._TRANSPORT, "Connection refused")] * 4
+    offsets_client, admin, _ = client(script)
+    with pytest.raises(KafkaUnavailableError) as raised:
+        offsets_client.latest_offsets([A0])
+    message = str(raised.value)
+    assert len(admin.requests) == 4  # fetchOffset.numRetries=3: four attempts
+    for part in ("fetching latest offsets", "broker-a:9092,broker-b:9092", "kafka.default.api.timeout.ms",
+                 "4 attempt(s)", "fetchOffset.numRetries=3", "Connection refused", "kafka.bootstrap.servers"):
+        assert part in message
+
+
+def test_one_deadline_bounds_every_attempt_together():
+    """Each attempt gets what is left of the deadline; none starts after it."""
+    policy = RequestPolicy(timeout_ms=1_000, num_retries=10, retry_interval_ms=10)
+    offsets_client, admin, _ = client([failed(KafkaError._TIMED_OUT)] * 11, policy, cost_s=0.4)
+    with pytest.raises(KafkaUnavailableError, match="within 1000 ms"):
+        offsets_client.latest_offsets([A0])
+    timeouts = [timeout for _, timeout in admin.requests]
+    assert len(timeouts) == 3  # 0.4 s each: the third attempt ends past the deadline
+    assert timeouts[0] == pytest.approx(1.0) and timeouts == sorted(timeouts, reverse=True)
+
+
+@pytest.mark.parametrize("code", [KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                                  KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._SSL])
+def test_a_configuration_error_is_raised_at_once_without_retrying(code):
+    offsets_client, admin, clock = client([failed(code, f"login as user failed, password {SECRET}")])
+    with pytest.raises(ConfigError) as raised:
+        offsets_client.latest_offsets([A0])
+    assert len(admin.requests) == 1 and clock.slept == []
+    message = str(raised.value)
+    assert "broker-a:9092" in message and "kafka.security.protocol" in message
+    assert SECRET not in message and "***" in message
+
+
+def test_secrets_never_reach_an_unavailable_error():
+    offsets_client, _, _ = client([failed(KafkaError._TRANSPORT, f"sasl.password={SECRET} rejected")] * 4)
+    with pytest.raises(KafkaUnavailableError) as raised:
+        offsets_client.latest_offsets([A0])
+    assert SECRET not in str(raised.value)
+
+
+def test_an_invalid_client_configuration_is_a_config_error():
+    def refuse(config):
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"No such configuration property: {SECRET}"))
+
+    offsets_client = KafkaOffsetsClient(KAFKA, admin_factory=refuse)
+    with pytest.raises(ConfigError, match="not a valid client configuration") as raised:
+        offsets_client.latest_offsets([A0])
+    assert SECRET not in str(raised.value)
+
+
+def test_timestamps_without_a_record_at_or_after_them_are_none():
+    offsets_client, _, _ = client([offsets({A0: 12, A1: -1})])
+    assert offsets_client.offsets_for_timestamps({A0: 1, A1: 2}) == {A0: 12, A1: None}
+
+
+def describe(known: dict[str, int], topic_id="id-1"):
+    def answer(topics):
+        return {name: future(SimpleNamespace(partitions=[0] * known[name], topic_id=topic_id)) if name in known
+                else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
+    return answer
+
+
+def test_partition_counts_of_named_topics_leave_missing_ones_out():
+    offsets_client, admin, _ = client([describe({"a": 2})])
+    assert offsets_client.partition_counts(["a", "gone"]) == {"a": 2}
+    assert [what for what, _ in admin.requests] == ["describe_topics"]
+
+
+def test_partition_counts_of_the_cluster_skip_internal_and_failed_topics():
+    metadata = SimpleNamespace(topics={
+        "a": SimpleNamespace(partitions={0: None, 1: None}, error=None),
+        "__consumer_offsets": SimpleNamespace(partitions={0: None}, error=None),
+        "broken": SimpleNamespace(partitions={}, error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE)),
+    })
+    offsets_client, _, _ = client([lambda: metadata])
+    assert offsets_client.partition_counts() == {"a": 2}
+
+
+def test_topic_identity_is_none_for_a_missing_topic():
+    offsets_client, _, _ = client([describe({"a": 3}, topic_id="xyz"), describe({})])
+    assert offsets_client.topic_identity("a") == TopicIdentity("xyz", 3)
+    assert offsets_client.topic_identity("a") is None
+
+
+def test_ensure_topic_creates_only_a_missing_topic_and_tolerates_a_race():
+    created = []
+
+    def create(result):
+        def answer(topics):
+            created.extend(t.topic for t in topics)
+            return {t.topic: result for t in topics}
+        return answer
+
+    offsets_client, _, _ = client([describe({"_events": 1})])
+    offsets_client.ensure_topic("_events", 1)  # exists: nothing created
+    offsets_client, _, _ = client([describe({}), create(future(error=failed(KafkaError.TOPIC_ALREADY_EXISTS)))])
+    offsets_client.ensure_topic("_events", 1)  # another query created it first
+    assert created == ["_events"]
+
+
+def test_ensure_topic_that_cannot_be_created_names_the_option():
+    offsets_client, _, _ = client([describe({}), lambda topics: {
+        t.topic: future(error=failed(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"denied {SECRET}")) for t in topics}])
+    with pytest.raises(ControlTopicError) as raised:
+        offsets_client.ensure_topic("_events", 1)
+    assert "backlog.eventsTopic" in str(raised.value) and SECRET not in str(raised.value)
+
+
+def test_a_pickled_client_reconnects_instead_of_carrying_its_admin_client():
+    offsets_client = KafkaOffsetsClient(KAFKA)  # a real AdminClient: creating one does not connect
+    live = offsets_client._client()
+    copy = pickle.loads(pickle.dumps(offsets_client))
+    assert copy._admin is None and offsets_client._admin is live
+
+
+def test_the_admin_client_is_created_once_and_kept_across_calls():
+    made = []
+
+    def factory(config):
+        made.append(config)
+        return FakeAdmin([offsets({A0: 1}), offsets({A0: 2})])
+
+    offsets_client = KafkaOffsetsClient(KAFKA, admin_factory=factory)
+    assert offsets_client.latest_offsets([A0]) == {A0: 1}
+    assert offsets_client.latest_offsets([A0]) == {A0: 2}
+    assert len(made) == 1 and made[0]["client.id"] == "backlog-source-admin"
