@@ -36,9 +36,14 @@ class ControlTopic:
         return its log end: events written before are not this query's."""
         self._client.ensure_topic(self._topic, 1)
         self._identity = self._client.topic_identity(self._topic)
-        return self.log_end()
+        if self._identity is not None:
+            self._warn_if_partitioned(self._identity)
+        bucket = Bucket(self._topic, CONTROL_PARTITION)
+        return self._client.latest_offsets([bucket])[bucket]
 
     def log_end(self) -> int:
+        """The control topic's log end, after :meth:`_check` (re-created: 0)."""
+        self._check()
         bucket = Bucket(self._topic, CONTROL_PARTITION)
         return self._client.latest_offsets([bucket])[bucket]
 
@@ -46,6 +51,15 @@ class ControlTopic:
         """The messages since ``position``, after checking the topic is still the one this
         run read: a missing topic is re-created and yields nothing; a re-created one is read
         from its start."""
+        changed = self._check()
+        if changed == "re-created here":
+            return ControlMessages([], 0)
+        return self._reader.read_from(0 if changed else position)
+
+    def _check(self) -> str | None:
+        """Compare the topic with the one this run opened: ``None`` when unchanged,
+        ``"re-created here"`` when it was missing and this call created it again,
+        ``"re-created"`` when someone else re-created it (another id)."""
         identity = self._client.topic_identity(self._topic)
         if identity is None:
             log.warning(
@@ -53,22 +67,22 @@ class ControlTopic:
                 "with 1 partition; BacklogFinishEvents published meanwhile are lost, buckets finish by position",
                 self._topic,
             )
-            self._reader.reset()
             self._client.ensure_topic(self._topic, 1)
             self._identity = self._client.topic_identity(self._topic)
-            return ControlMessages([], 0)
+            return "re-created here"
+        changed = None
         if self._identity is not None and identity != self._identity:
             log.warning(
                 "the control topic %r (option 'backlog.eventsTopic') was re-created while the query ran (%s, was %s): "
                 "reading the new topic from its start", self._topic, identity, self._identity,
             )
-            self._reader.reset()
-            position = 0
+            changed = "re-created"
+        if identity != self._identity:
+            self._warn_if_partitioned(identity)
+        self._identity = identity
+        return changed
+
+    def _warn_if_partitioned(self, identity: TopicIdentity) -> None:
         if identity.partitions != 1:
             log.warning("the control topic %r has %d partitions; backlog-source uses partition %d only",
                         self._topic, identity.partitions, CONTROL_PARTITION)
-        self._identity = identity
-        return self._reader.read_from(position)
-
-    def close(self) -> None:
-        self._reader.close()

@@ -203,8 +203,6 @@ class Enumerator:
     def close(self) -> None:
         telemetry.flush()
         self._client.close()
-        if self._control is not None:
-            self._control.close()
 
     # ---------------------------------------------------------------- step 1: settle
 

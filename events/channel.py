@@ -90,35 +90,42 @@ class ControlMessages:
 class ControlTopicReader:
     """Reads the control topic from a given position to its current end.
 
-    Which process: the driver's planner worker. The consumer is created on first use, kept
-    across reads (one connection per run) and paused between them: a consumer left fetching
-    a topic that is then deleted crashed its whole process (SIGSEGV in librdkafka 2.16.1
-    against the embedded broker), a paused one did not. Not picklable; :meth:`close`
-    releases it, :meth:`reset` drops it so the next read starts afresh.
+    Which process: the driver's planner worker, once per backlog phase end (a batch that
+    carried a bucket to its boundary), so a consumer per read costs little. It is never
+    kept between reads: a librdkafka consumer (2.16.1) assigned to a topic that is then
+    deleted crashes its whole process with SIGSEGV against the embedded broker, paused or
+    not, and the planner worker is the query. Picklable (holds no client).
     """
 
-    def __init__(self, kafka: KafkaClientConfig, topic: str, timeout_ms: int) -> None:
+    def __init__(self, kafka: KafkaClientConfig, topic: str, timeout_ms: int, *,
+                 consumer_factory: Callable[[dict], Consumer] = Consumer,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``consumer_factory`` and ``clock`` are replaced by unit tests only."""
         self._kafka = kafka
         self._topic = topic
         self._timeout_ms = timeout_ms
-        self._consumer: Consumer | None = None
-        self._position: int | None = None  # where the paused assignment stands
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_consumer": None, "_position": None}
+        self._consumer_factory = consumer_factory
+        self._clock = clock
 
     def read_from(self, position: int) -> ControlMessages:
-        """Every message at offsets ``[position, log end)``; the log end is asked once, so
-        this returns even while other sources keep writing. A position beyond the log end
-        (the topic was re-created) reads from its earliest offset. Gives up quietly
-        (returning what it has) after the timeout; the next call continues."""
+        """Every message from ``position`` up to the log end (asked once, so this returns
+        even while other sources keep writing), plus any that came in the same fetch as the
+        last of them: the returned position is always just past what was returned. A
+        position beyond the log end (the topic was re-created) reads from its earliest
+        offset. Gives up quietly (returning what it has) after the timeout; the next call
+        continues from the returned position."""
+        consumer = self._consumer_factory(self._kafka.librdkafka(ClientRole.CONTROL_READER))
+        try:
+            return self._read(consumer, position)
+        finally:
+            consumer.close()
+
+    def _read(self, consumer: Consumer, position: int) -> ControlMessages:
         topic = self._topic
         partition = TopicPartition(topic, CONTROL_PARTITION)
         timeout_s = self._timeout_ms / 1000
-        if self._consumer is None:
-            self._consumer = Consumer(self._kafka.librdkafka(ClientRole.CONTROL_READER))
         try:
-            low, high = self._consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
+            low, high = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
         except Exception as exc:
             log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
             return ControlMessages([], position)
@@ -129,38 +136,18 @@ class ControlTopicReader:
         position = max(position, low)
         if position >= high:
             return ControlMessages([], position)
-        consumer = self._consumer
-        if self._position == position:
-            consumer.resume([partition])
-        else:
-            consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
+        consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
         values: list[bytes | None] = []
-        deadline = time.monotonic() + timeout_s
-        try:
-            while position < high and time.monotonic() < deadline:
-                for message in consumer.consume(1000, 0.2):
-                    error = message.error()
-                    if error is None:
-                        if message.offset() >= position:
-                            values.append(message.value())
-                            position = message.offset() + 1
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, message.offset())
-                    else:
-                        log.warning("reading the control topic %r: %s", topic, self._kafka.redact(error.str()))
-        finally:
-            consumer.pause([partition])
-            # Messages fetched past ``position`` before the pause are still queued; the
-            # next read resumes only from exactly here, else it re-assigns.
-            self._position = position if position >= high else None
+        deadline = self._clock() + timeout_s
+        while position < high and self._clock() < deadline:
+            for message in consumer.consume(1000, 0.2):
+                error = message.error()
+                if error is None:
+                    if message.offset() >= position:
+                        values.append(message.value())
+                        position = message.offset() + 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, message.offset())
+                else:
+                    log.warning("reading the control topic %r: %s", topic, self._kafka.redact(error.str()))
         return ControlMessages(values, position)
-
-    def reset(self) -> None:
-        """Forget the consumer (the topic changed); the next read creates a new one."""
-        self.close()
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-            self._position = None

@@ -175,7 +175,9 @@ class FakeConsumer:
             self.clock.advance(timeout)
         return []
 
-    def get_watermark_offsets(self, tp, timeout):
+    def get_watermark_offsets(self, tp, timeout, cached=False):
+        if isinstance(self.watermarks, Exception):
+            raise self.watermarks
         return self.watermarks
 
     def list_topics(self, topic, timeout):

@@ -55,7 +55,12 @@ def wait_for_progress(query, predicate, timeout_s: float = 120, what: str = "pro
             raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
         return any(predicate(p) for p in query.recentProgress)
 
-    return wait_for(check, timeout_s, what)
+    try:
+        return wait_for(check, timeout_s, what)
+    except TimeoutError as timeout:
+        last = query.lastProgress
+        seen = last and [(s["description"], s["endOffset"]) for s in last["sources"]]
+        raise TimeoutError(f"{timeout}; the last progress (batch {last and last['batchId']}) ended at {seen}") from None
 
 
 def settle(seconds: float) -> None:

@@ -219,3 +219,37 @@ def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topi
         assert transitions == 3  # in -> out, out -> in (re-entry), in -> out
     finally:
         query.stop()
+
+
+def test_a_control_topic_deleted_mid_run_is_re_created_and_the_query_goes_on(spark, broker, topic_name, tmp_path):
+    """Issue 12.3: the control topic disappears while the query runs. Publishers never create
+    it (they log and go on); the driver re-creates it with one partition when it next needs
+    it, and the buckets of the next backlog phase finish by their committed positions."""
+    from confluent_kafka.admin import AdminClient
+
+    control = f"ctl-{uuid.uuid4().hex[:8]}"
+    make_topic(broker, topic_name, 2, per_partition=500)
+    query = start_noop(reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=300,
+                              **{"backlog.eventsTopic": control, "backlog.reenterLag": 400}), tmp_path)
+    end = {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
+    try:
+        # The last batch of the phase leaves its buckets "finishing": with no more data, no
+        # batch runs to carry the settled state (as in Spark), the next batch with data does.
+        wait_for_progress(query, lambda p: offsets_of(p)["positions"][topic_name] == end
+                          and not offsets_of(p)["processing_backlog"], what="the first phase to end")
+        delete_topic(broker.bootstrap_servers, control)
+        deleted_after = query.lastProgress.batchId
+        fill(broker, topic_name, 2, 1_000, start=500)  # a burst above the re-entry lag and one batch
+        wait_for_progress(query, lambda p: p.batchId > deleted_after and offsets_of(p)["processing_backlog"],
+                          what="re-entry")
+        end = {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
+        wait_for_progress(query, lambda p: offsets_of(p)["positions"][topic_name] == end
+                          and not offsets_of(p)["processing_backlog"], what="the second phase to end")
+        fill(broker, topic_name, 2, 1, start=1_500)  # a batch with data carries the settled state
+        wait_for_progress(query, lambda p: offsets_of(p)["event_counts"]["finished_by_position"] >= 2
+                          and not offsets_of(p)["finishing"], what="the second phase to settle")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
+    assert control in topics and len(topics[control].partitions) == 1

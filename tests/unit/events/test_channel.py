@@ -1,0 +1,94 @@
+"""ControlTopicReader without a broker: what it reads, that it never keeps a consumer, how it
+gives up. The consumer is a scripted fake; the clock is a fake too."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaError, KafkaException
+
+from backlog_core.kafka_config import KafkaClientConfig
+from events.channel import ControlTopicReader
+from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
+
+SECRET = "hunter2-secret"
+KAFKA = KafkaClientConfig(bootstrap_servers="h:1", secrets={"sasl.password": SECRET})
+TOPIC = "_backlog_events"
+
+
+def message(offset, value=None):
+    return Msg(offset, value=value or f"m{offset}".encode(), topic=TOPIC)
+
+
+def reader(consumer, clock=None, timeout_ms=1_000):
+    clock = clock or FakeClock()
+    if consumer.clock is None:
+        consumer.clock = clock
+    return ControlTopicReader(KAFKA, TOPIC, timeout_ms, consumer_factory=consumer, clock=clock)
+
+
+def test_reads_from_the_position_to_the_log_end_seen_when_asked_then_closes_its_consumer():
+    consumer = FakeConsumer([[message(3), message(4)], [message(5), message(6)], [message(7)]], watermarks=(0, 6))
+    read = reader(consumer).read_from(3)
+    # Offset 6 came in the same fetch as 5 and is kept (the consumer is past it); 7 is not asked for.
+    assert read.values == [b"m3", b"m4", b"m5", b"m6"] and read.next_position == 7
+    assert consumer.assigned == [[(TOPIC, 0, 3)]]
+    assert consumer.closed  # a consumer kept on a topic that is then deleted can crash the process
+    assert consumer.config["client.id"] == "backlog-source-events-reader" and consumer.config["enable.auto.commit"] is False
+
+
+def test_every_read_uses_its_own_consumer():
+    consumer = FakeConsumer([[message(0), message(1)], [message(2)]], watermarks=(0, 2))
+    control = reader(consumer)
+    assert control.read_from(0).next_position == 2
+    consumer.watermarks = (0, 3)
+    read = control.read_from(2)
+    assert read.values == [b"m2"] and read.next_position == 3
+    assert consumer.created == 2 and consumer.assigned == [[(TOPIC, 0, 0)], [(TOPIC, 0, 2)]]
+
+
+def test_nothing_new_is_answered_without_fetching():
+    consumer = FakeConsumer([], watermarks=(0, 5))
+    read = reader(consumer).read_from(5)
+    assert read.values == [] and read.next_position == 5 and consumer.assigned == [] and consumer.closed
+
+
+def test_a_position_past_the_log_end_reads_the_re_created_topic_from_its_start(caplog):
+    consumer = FakeConsumer([[message(0)]], watermarks=(0, 1))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(40)
+    assert read.values == [b"m0"] and read.next_position == 1
+    assert "re-created" in caplog.text
+
+
+def test_a_trimmed_topic_is_read_from_what_is_left():
+    consumer = FakeConsumer([[message(7)]], watermarks=(7, 8))
+    assert reader(consumer).read_from(2).values == [b"m7"]
+    assert consumer.assigned == [[(TOPIC, 0, 7)]]
+
+
+def test_end_of_partition_moves_the_position_and_errors_are_logged_redacted(caplog):
+    consumer = FakeConsumer([[Msg(0, error=KafkaError(KafkaError._TRANSPORT, f"pw {SECRET}"), topic=TOPIC)],
+                             [eof(2, topic=TOPIC)]], watermarks=(0, 2))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(0)
+    assert read.values == [] and read.next_position == 2
+    assert "reading the control topic" in caplog.text and SECRET not in caplog.text
+
+
+def test_gives_up_quietly_at_the_timeout_and_the_next_read_continues():
+    clock = FakeClock()
+    consumer = FakeConsumer([[message(0)]], watermarks=(0, 3), clock=clock)  # offsets 1, 2 never arrive
+    control = reader(consumer, clock, timeout_ms=1_000)
+    read = control.read_from(0)
+    assert read.values == [b"m0"] and read.next_position == 1
+    consumer.script = [[message(1), message(2)]]
+    assert control.read_from(1).values == [b"m1", b"m2"]
+
+
+def test_an_unanswered_watermark_request_returns_nothing_and_keeps_the_position(caplog):
+    consumer = FakeConsumer([], watermarks=KafkaException(KafkaError(KafkaError._TRANSPORT, f"auth {SECRET}")))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(4)
+    assert read.values == [] and read.next_position == 4 and consumer.closed
+    assert SECRET not in caplog.text and "***" in caplog.text
