@@ -72,7 +72,8 @@ def _malformed_timestamp(messages: Sequence[Message]) -> MalformedRecordError:
         ms = message.timestamp()[1]
         if not -_MAX_MS <= ms <= _MAX_MS:
             return MalformedRecordError(
-                f"record at offset {message.offset()} of {message.topic()}-{message.partition()} has timestamp {ms}, "
+                f"record at offset {message.offset()} of topic {message.topic()}, partition {message.partition()} has "
+                f"timestamp {ms} ms, "
                 "beyond what a Spark timestamp holds (KAFKA_MALFORMED_RECORD_TIMESTAMP): was it written in "
                 "nanoseconds or microseconds instead of milliseconds?"
             )

@@ -120,7 +120,7 @@ def test_columns_follow_sparks_kafka_source():
 def test_a_timestamp_beyond_a_spark_timestamp_fails_naming_the_record():
     """Spark fails with KAFKA_MALFORMED_RECORD_TIMESTAMP; a wrapped timestamp is wrong data."""
     consumer = FakeConsumer([[Msg(0), Msg(1, ts=(1, 1_712_345_678_123_456_789))]])
-    with pytest.raises(MalformedRecordError, match=r"offset 1 of t-0 has timestamp 1712345678123456789"):
+    with pytest.raises(MalformedRecordError, match=r"offset 1 of topic t, partition 0 has timestamp 1712345678123456789 ms"):
         read(split(("t", 0, 0, 2)), consumer)
 
 
