@@ -176,6 +176,37 @@ def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tm
     assert_exactly_once(spark, broker, topic_name, out)
 
 
+def test_traffic_around_the_reentry_threshold_costs_no_switch_and_a_real_burst_one(spark, broker, topic_name, tmp_path):
+    """Issue 12.2: bursts above backlog.reenterLag that one low-latency batch reads anyway, and
+    a new topic matching the pattern whose records fit one batch, never leave low latency;
+    a burst larger than one batch re-enters backlog once and comes back. Each burst is read
+    before the next is produced, so no two add up (the count does not depend on timing)."""
+    make_topic(broker, topic_name, 2, per_partition=1_000)
+    df = reader(spark, broker, subscribePattern=f"{topic_name}.*", startingOffsets="earliest",
+                maxOffsetsPerTrigger=500, **{"backlog.reenterLag": 300, "backlog.maxOffsetsPerTrigger": 1_500})
+    handle = start_backlog_aware(df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")),
+                                 "0 seconds", "200 milliseconds")
+    produced = 1_000
+    try:
+        wait_for(lambda: handle.mode == "low-latency", 180, "the first catch-up")
+        for _ in range(5):  # 400-record bursts: above the re-entry lag, within one 500-record batch
+            fill(broker, topic_name, 2, 200, start=produced)
+            produced += 200
+            wait_caught_up(handle, broker, topic_name)
+        newcomer = f"{topic_name}-new"
+        make_topic(broker, newcomer, 1, per_partition=100)
+        wait_caught_up(handle, broker, newcomer)
+        assert [t.to_mode for t in handle.transitions] == ["low-latency"]
+        fill(broker, topic_name, 2, 2_000, start=produced)  # 4,000 records: more than one batch in either mode
+        wait_caught_up(handle, broker, topic_name)
+        wait_for(lambda: handle.mode == "low-latency" and len(handle.transitions) == 3, 60, "the way back")
+        assert [t.to_mode for t in handle.transitions] == ["low-latency", "high-throughput", "low-latency"]
+        assert {t.method for t in handle.transitions} == {"in-place"}
+        assert handle.query.exception() is None
+    finally:
+        handle.stop()
+
+
 @pytest.mark.parametrize("how", ["forced", "field-not-found"])
 def test_the_restart_method_keeps_the_same_guarantees(spark, broker, topic_name, tmp_path, how, monkeypatch):
     make_topic(broker, topic_name, 2, per_partition=40_000)
