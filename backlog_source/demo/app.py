@@ -42,7 +42,7 @@ from backlog_source.testing.otlp_receiver import OtlpReceiver
 from enumerator.kafka_offsets import KafkaOffsetsClient
 
 #: What the demo writes under ``--output``; only these are removed when a demo starts again.
-OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json")
+OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json", "spark.log")
 
 
 class StopRequested(Exception):
@@ -79,6 +79,9 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
             return 130
         except DemoError as exc:
             console.print(f"[red]demo failed:[/] {exc}")
+            spark_log = Path(settings.output) / "spark.log"
+            if spark_log.exists():
+                console.print(f"Spark's own output is in {spark_log}")
             return 1
     return 0 if summary["exactly_once"] else 1
 
@@ -95,7 +98,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
         console.print(f"embedded broker at {bootstrap}")
     seeded = _seed(settings, bootstrap, console) if settings.seeding else 0
 
-    spark = _spark(receiver.endpoint, console)
+    spark = _spark(receiver.endpoint, console, resources.enter_context(open(out / "spark.log", "w")))
     resources.callback(spark.stop)
     ctrl_c = _CtrlC()
     ctrl_c.install()
@@ -187,15 +190,18 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
     return produced
 
 
-def _spark(otlp_endpoint: str, console: Console):
+def _spark(otlp_endpoint: str, console: Console, log_file) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = (SparkConf().setMaster("local[2]").setAppName("backlog-source-demo").set("spark.ui.enabled", "false")
             .set("spark.sql.shuffle.partitions", "2").set("spark.driver.memory", "2g"))
     with console.status("starting Spark"):
         if SparkContext._active_spark_context is None:
             # The JVM (and the Python workers it starts) in its own session, so a Ctrl-C
-            # in the terminal does not kill tasks mid-batch; the demo stops the query.
-            gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            # in the terminal does not kill tasks mid-batch; the demo stops the query. Its
+            # output goes to spark.log: Python workers cut off while Spark shuts down print
+            # ConnectionResetError tracebacks there, not over the live view.
+            gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True, "stderr": log_file,
+                                                         "stdout": log_file})
             SparkContext(conf=conf, gateway=gateway)
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -10,7 +10,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.helpers import committed_parquet_files
+from tests.integration.helpers import committed_parquet_files, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,6 @@ def test_ctrl_c_stops_everything_in_order(tmp_path):
     import re
     import signal
     import socket
-    import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKLOG_", "OTEL_"))}
     demo = subprocess.Popen(
@@ -72,9 +71,16 @@ def test_ctrl_c_stops_everything_in_order(tmp_path):
     assert demo.returncode == 130, err[-3000:]
     assert "stopping: the producer, the query" in out
     assert "Traceback" not in err, err[-3000:]
-    time.sleep(2)
-    with socket.socket() as probe:  # the broker is gone
-        assert probe.connect_ex(("127.0.0.1", port)) != 0
-    # The demo's Spark JVM (its own session, so SIGINT did not reach it) was stopped too.
-    leftover = subprocess.run(["pgrep", "-f", "spark.app.name=backlog-source-demo"], capture_output=True, text=True)
-    assert leftover.stdout == ""
+
+    def broker_gone() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) != 0
+
+    wait_for(broker_gone, 30, "the embedded broker to stop")
+    # The demo's Spark JVM (its own session, so SIGINT did not reach it) was stopped too; it
+    # exits shortly after the demo's last line.
+    def spark_gone() -> bool:
+        leftover = subprocess.run(["pgrep", "-f", "spark.app.name=backlog-source-demo"], capture_output=True, text=True)
+        return leftover.stdout == ""
+
+    wait_for(spark_gone, 30, "the demo's Spark JVM to exit")
