@@ -11,7 +11,7 @@ exports it):
 * ``backlog.bucket``: one bucket's boundary recorded -> its finish handled. Child of the phase.
 * ``backlog.read``: the executor read of the split that crossed the bucket's boundary. Child
   of the bucket; carries the ``backlog.boundary_reached`` event.
-* ``backlog.mode_switch``: a trigger switch, decision -> first trigger of the new run. Child
+* ``backlog.mode_switch``: a trigger switch, decision -> first trigger under the new interval. Child
   of the phase that caused it.
 """
 

@@ -1,6 +1,8 @@
 """Exporting with the OpenTelemetry SDK, configured only by OTEL_* variables, to a real
 OTLP/HTTP receiver on loopback."""
 
+import logging
+
 import pytest
 
 from backlog_core import telemetry
@@ -105,11 +107,15 @@ def test_grpc_protocol_uses_the_grpc_exporter(otel_env):
     assert isinstance(telemetry._exporter("otlp"), OTLPSpanExporter)
 
 
-def test_an_unreachable_collector_costs_spans_not_the_caller(otel_env):
+def test_an_unreachable_collector_costs_spans_not_the_caller(otel_env, caplog):
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
     otel_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    telemetry.export(records())  # does not raise
-    telemetry.flush(timeout_ms=3_000)
+    assert telemetry.enabled()  # the real OTLP exporter, not the no-op path
+    with caplog.at_level(logging.WARNING):
+        telemetry.export(records())  # does not raise
+        assert telemetry.flush(timeout_ms=3_000) is True  # the flush ends; the export failed
+    assert any(r.name.startswith("opentelemetry.exporter.otlp") and "Failed to export" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_sigterm_exports_queued_spans_before_the_process_ends(receiver, tmp_path):
