@@ -40,6 +40,9 @@ bench: $(STAMP)
 bench-modes: $(STAMP)
 	$(PY) benchmarks/mode_switch.py
 
+bench-latency: $(STAMP)
+	$(PY) benchmarks/latency.py
+
 bench-tracing: $(STAMP)
 	$(PY) benchmarks/tracing_cost.py
 

@@ -1,0 +1,203 @@
+"""What the benchmarks share: a Spark session as a user gets it, a listener that keeps every
+progress event, a live producer in its own process that reports what it produced, and
+end-to-end latency from those two.
+
+End-to-end latency of a record = the end of the batch that read it (its progress event's
+trigger start + ``durationMs.triggerExecution``: the batch committed) - the record's Kafka
+timestamp (CreateTime, set by the producer when it called ``produce``). Both clocks are this
+machine's. The sink is ``noop`` unless a benchmark says otherwise, so the figures are the
+source's and Spark's, not a sink's.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from bisect import bisect_right
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def spark_session():
+    """A local session with Spark's defaults (2 cores here), the source registered, and
+    Python workers running this interpreter."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from backlog_source import BacklogDataSource
+
+    spark = SparkSession.builder.master("local[*]").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(BacklogDataSource)
+    return spark
+
+
+def timestamp_s(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class ProgressLog:
+    """Every progress event of the watched queries, as dicts (``recentProgress`` keeps only
+    the last 100). Register once per session with ``spark.streams.addListener``."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        log = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                with log.lock:
+                    log.events.setdefault(str(event.progress.id), []).append(json.loads(event.progress.json))
+
+        self.lock = threading.Lock()
+        self.events: dict[str, list[dict]] = {}
+        self.listener = Listener()
+
+    def of(self, query_id: str) -> list[dict]:
+        with self.lock:
+            return list(self.events.get(str(query_id), []))
+
+
+def live_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out) -> None:
+    """``rate`` records/s for ``seconds``, one record per request (so the embedded broker's
+    ListOffsets quirk never hides the newest one), round-robin over the partitions. Sends
+    back ``[(partition, offset, timestamp_ms), ...]`` of every acknowledged record."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
+                         "client.id": "benchmark-producer"})
+    delivered: list[tuple[int, int, int]] = []
+
+    def on_delivery(error, message) -> None:
+        if error is None:
+            delivered.append((message.partition(), message.offset(), message.timestamp()[1]))
+
+    started = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - started < seconds:
+        due = int((time.perf_counter() - started) * rate)
+        while sent < due:
+            producer.produce(topic, value=b"l" * 100, partition=sent % partitions, on_delivery=on_delivery)
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.001)
+    producer.flush(60)
+    out.put(delivered)
+
+
+def start_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float):
+    """A running :func:`live_producer` process and the queue its deliveries come back on."""
+    out = mp.Queue()
+    process = mp.Process(target=live_producer, args=(bootstrap, topic, partitions, rate, seconds, out), daemon=True)
+    process.start()
+    return process, out
+
+
+def offset_of(value: Any) -> dict:
+    """A progress event's offset: JSON text (``lastProgress``) or already a dict (``.json``)."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+def batch_ends(progress: list[dict]) -> list[dict]:
+    """Per batch with data: its end positions and when it committed."""
+    batches = []
+    for p in progress:
+        if not p["numInputRows"]:
+            continue
+        end = offset_of(p["sources"][0]["endOffset"])
+        positions = end.get("positions", end)
+        batches.append({
+            "batch_id": p["batchId"],
+            "committed": timestamp_s(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000,
+            "positions": {(topic, int(part)): o for topic, parts in positions.items() for part, o in parts.items()},
+        })
+    return sorted(batches, key=lambda b: b["batch_id"])
+
+
+def record_latencies(topic: str, progress: list[dict], delivered: list[tuple[int, int, int]]) -> list[float]:
+    """End-to-end latency of every delivered record, in seconds (see the module docstring):
+    the first batch whose end position of the record's partition is past its offset read it."""
+    return [latency for _, latency in timed_latencies(topic, progress, delivered)]
+
+
+def timed_latencies(topic: str, progress: list[dict], delivered: list[tuple[int, int, int]]) -> list[tuple[float, float]]:
+    """``(produced at, latency)`` in seconds for every delivered record that a batch read."""
+    batches = batch_ends(progress)
+    by_partition: dict[int, tuple[list[int], list[float]]] = {}
+    for b in batches:
+        for (t, partition), end in b["positions"].items():
+            if t == topic:
+                ends, times = by_partition.setdefault(partition, ([], []))
+                if not ends or end > ends[-1]:
+                    ends.append(end)
+                    times.append(b["committed"])
+    latencies = []
+    for partition, offset, ts_ms in delivered:
+        ends, times = by_partition.get(partition, ([], []))
+        index = bisect_right(ends, offset)
+        if index < len(ends):
+            latencies.append((ts_ms / 1000, times[index] - ts_ms / 1000))
+    return latencies
+
+
+def windows(timed: list[tuple[float, float]], width_s: float) -> list[dict]:
+    """p50/p99 of ``(at, value)`` pairs per window of ``width_s`` seconds from the first."""
+    if not timed:
+        return []
+    first = min(at for at, _ in timed)
+    buckets: dict[int, list[float]] = {}
+    for at, value in timed:
+        buckets.setdefault(int((at - first) // width_s), []).append(value)
+    return [{"from_s": index * width_s, "count": len(values), "p50": percentile(values, 0.5),
+             "p99": percentile(values, 0.99)} for index, values in sorted(buckets.items())]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
+
+
+def median_and_spread(values: list[float]) -> dict[str, float | None]:
+    """The median of several runs and their spread (min, max), never the best alone."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def write_results(name: str, summary: dict, markdown: list[str]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (RESULTS / f"{name}.md").write_text("\n".join(markdown) + "\n")
+    print("\n".join(markdown))
+
+
+def fmt(value, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
