@@ -167,13 +167,16 @@ def run_bare(broker, args) -> dict:
         consumer.assign([TopicPartition(topic, p, positions[p]) for p in wanted])
         stamps, first = [], None
         while any(positions[p] < e for p, e in wanted.items()):
-            for message in consumer.consume(sum(e - positions[p] for p, e in wanted.items()), 1.0):
+            missing = sum(max(0, e - positions[p]) for p, e in wanted.items())
+            for message in consumer.consume(missing, 1.0):
                 if message.error() is None and message.offset() < wanted.get(message.partition(), -1):
                     stamps.append(message.timestamp()[1])
                     positions[message.partition()] = message.offset() + 1
                     first = first or time.time()
                 elif message.error() is not None and message.error().code() == KafkaError._PARTITION_EOF:
-                    positions[message.partition()] = max(positions[message.partition()], message.offset())
+                    # Records at or past this cycle's end are read again by the next cycle.
+                    end = wanted.get(message.partition(), positions[message.partition()])
+                    positions[message.partition()] = max(positions[message.partition()], min(message.offset(), end))
         consumer.close()
         finished = time.time()
         timed += [(ts / 1000, finished - ts / 1000) for ts in stamps]

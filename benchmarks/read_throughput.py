@@ -6,12 +6,17 @@ One run, one topic on the embedded broker, three readers of the same records:
   batches, touching each record's value: the practical limit of a Python Kafka reader.
   It uses the reader's librdkafka defaults; ``bare_1_librdkafka_defaults`` does not.
 * ``bare_2``: two such processes in parallel, two partitions each (the machine's 2 cores).
-* ``source``: Spark ``local[2]``, ``Trigger.AvailableNow``, ``noop`` sink, wall time from
-  ``start()`` to termination (query start-up included; SparkSession start-up excluded).
+* ``source``: Spark with its default settings (``local[*]``, default driver memory: as a
+  user runs it), ``Trigger.AvailableNow``, ``noop`` sink, wall time from ``start()`` to
+  termination (query start-up included; SparkSession start-up excluded).
+
+One warm-up query first (JVM, Python workers), then ``--repeats`` interleaved rounds of the
+four readers; the report gives the median of the rounds with the spread (min-max), and
+ratios of medians taken in the same run.
 
 Usage::
 
-    .venv/bin/python benchmarks/read_throughput.py [--records 2000000] [--partitions 4] [--value-size 100]
+    .venv/bin/python benchmarks/read_throughput.py [--repeats 5] [--records 2000000] [--partitions 4] [--value-size 100]
 
 Writes ``benchmarks/results/read_throughput.json`` and ``.md``.
 """
@@ -19,20 +24,18 @@ Writes ``benchmarks/results/read_throughput.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median_and_spread, spark_session, write_results  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool, queue) -> None:
@@ -114,13 +117,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each reader; the best is kept")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every reader")
     args = parser.parse_args()
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from backlog_source import BacklogDataSource
 
     broker = start_broker()
     try:
@@ -133,15 +131,8 @@ def main() -> None:
         print(f"produced {total} records in {time.perf_counter() - t0:.1f} s")
         ends = {p: per + 1 for p in range(args.partitions)}  # + the seal record
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        spark.dataSource.register(BacklogDataSource)
-
+        spark = spark_session()
+        run_source(spark, broker.bootstrap_servers, topic, total)  # warm-up: JVM and Python workers
         results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
         for _ in range(args.repeats):
             results["bare_1_librdkafka_defaults"].append(run_bare(broker.bootstrap_servers, topic, ends, 1, tuned=False))
@@ -154,47 +145,37 @@ def main() -> None:
     finally:
         broker.stop()
 
-    best = {name: max(runs, key=lambda r: r["records_per_s"]) for name, runs in results.items()}
+    rates = {name: median_and_spread([r["records_per_s"] for r in runs]) for name, runs in results.items()}
+    source = rates["source"]["median"]
     summary = {
         "command": "python benchmarks/read_throughput.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "records": total,
         "partitions": args.partitions,
         "value_size": args.value_size,
+        "repeats": args.repeats,
         "runs": results,
-        "best": best,
-        "ratio_source_vs_bare_1": best["source"]["records_per_s"] / best["bare_1"]["records_per_s"],
-        "ratio_source_vs_bare_2": best["source"]["records_per_s"] / best["bare_2"]["records_per_s"],
-        "ratio_source_vs_bare_1_librdkafka_defaults": best["source"]["records_per_s"]
-        / best["bare_1_librdkafka_defaults"]["records_per_s"],
+        "records_per_s": rates,
+        "ratio_source_vs_bare_1": source / rates["bare_1"]["median"],
+        "ratio_source_vs_bare_2": source / rates["bare_2"]["median"],
+        "ratio_source_vs_bare_1_librdkafka_defaults": source / rates["bare_1_librdkafka_defaults"]["median"],
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "read_throughput.json").write_text(json.dumps(summary, indent=2) + "\n")
-    rows = "\n".join(
-        f"| {name} | {b['records_per_s']:,.0f} | {b['seconds']:.2f} |" for name, b in best.items()
-    )
-    (RESULTS / "read_throughput.md").write_text(
-        f"""# Read throughput
-
-Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']})
-
-{total:,} records of {args.value_size} bytes over {args.partitions} partitions; best of {args.repeats} runs each.
-
-| reader | records/s | seconds |
-| --- | ---: | ---: |
-{rows}
-
-- source / one bare consumer: **{summary['ratio_source_vs_bare_1']:.2f}x** (target >= 1.0x)
-- source / two bare consumers in parallel: **{summary['ratio_source_vs_bare_2']:.2f}x**
-- source / one bare consumer on librdkafka defaults: **{summary['ratio_source_vs_bare_1_librdkafka_defaults']:.2f}x**
-
-`bare_1` and `bare_2` use the same librdkafka prefetch setting as the source's reader
-(`READER_DEFAULTS`); `bare_1_librdkafka_defaults` shows what that setting alone is worth.
-The source's time includes query start-up and per-batch planning; the bare consumers'
-includes process start. See the module docstring of `benchmarks/read_throughput.py`.
-"""
-    )
-    print(json.dumps({k: v for k, v in summary.items() if k.startswith("ratio_")}))
+    rows = [f"| {name} | {r['median']:,.0f} ({r['min']:,.0f}-{r['max']:,.0f}) |" for name, r in rates.items()]
+    write_results("read_throughput", summary, [
+        "# Read throughput", "",
+        f"Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
+        "Spark's default settings)", "",
+        f"{total:,} records of {args.value_size} bytes over {args.partitions} partitions; median of {args.repeats} "
+        "interleaved rounds (min-max) after a warm-up query.", "",
+        "| reader | records/s |", "| --- | ---: |", *rows, "",
+        f"- source / one bare consumer: **{summary['ratio_source_vs_bare_1']:.2f}x** (target >= 1.0x)",
+        f"- source / two bare consumers in parallel: **{summary['ratio_source_vs_bare_2']:.2f}x** (target >= 0.8x)",
+        f"- source / one bare consumer on librdkafka defaults: **{summary['ratio_source_vs_bare_1_librdkafka_defaults']:.2f}x**",
+        "",
+        "`bare_1` and `bare_2` use the same librdkafka configuration as the source's reader;",
+        "`bare_1_librdkafka_defaults` shows what that setting alone is worth. The source's time includes",
+        "query start-up and per-batch planning; the bare consumers' includes process start.",
+    ])
 
 
 if __name__ == "__main__":
