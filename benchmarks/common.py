@@ -181,6 +181,15 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
 
 
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s; raise TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.time() + timeout_s
+    while not condition():
+        if time.time() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
 def median_and_spread(values: list[float]) -> dict[str, float | None]:
     """The median of several runs and their spread (min, max), never the best alone."""
     if not values:

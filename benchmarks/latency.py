@@ -44,6 +44,7 @@ from common import (  # noqa: E402
     spark_session,
     start_producer,
     timed_latencies,
+    wait_until,
     windows,
     write_results,
 )
@@ -71,12 +72,17 @@ def start_query(spark, bootstrap: str, topic: str, trigger: str, checkpoint: str
             .option("checkpointLocation", checkpoint).start())
 
 
-def wait(condition, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        if time.time() > deadline:
-            raise TimeoutError(f"{what} within {timeout:.0f} s")
-        time.sleep(0.1)
+def produce_and_catch_up(query, broker, topic: str, partitions: int, rate: float, seconds: float) -> list:
+    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, wait until ``query``
+    has committed all of them; returns what the producer delivered."""
+    producer, out = start_producer(broker.bootstrap_servers, topic, partitions, rate, seconds)
+    delivered = out.get(timeout=seconds + 120)
+    producer.join(30)
+    ends: dict[int, int] = defaultdict(int)
+    for partition, offset, _ in delivered:
+        ends[partition] = max(ends[partition], offset + 1)
+    wait_until(lambda: caught_up(query, topic, ends), 300, f"{topic}: the query did not catch up")
+    return delivered
 
 
 def caught_up(query, topic: str, ends: dict[int, int]) -> bool:
@@ -93,20 +99,14 @@ def run_trigger(spark, log: ProgressLog, broker, proxy, trigger: str, args, timi
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, broker.bootstrap_servers, topic, trigger, checkpoint)
         try:
-            wait(lambda: query.status["message"] != "Initializing sources", 120, "the query did not start")
+            wait_until(lambda: query.status["message"] != "Initializing sources", 120, "the query did not start")
             time.sleep(2)  # the first triggers run their one-off setup
             before = sum(proxy.requests(client) for client in DRIVER_CLIENTS)
             time.sleep(IDLE_SECONDS)  # deliberately idle: requests counted over a fixed window
             idle_requests = sum(proxy.requests(client) for client in DRIVER_CLIENTS) - before
             for f in timings_dir.glob("*.jsonl"):
                 f.unlink()
-            producer, out = start_producer(broker.bootstrap_servers, topic, 8, args.rate, args.seconds)
-            delivered = out.get(timeout=args.seconds + 120)
-            producer.join(30)
-            ends: dict[int, int] = defaultdict(int)
-            for partition, offset, _ in delivered:
-                ends[partition] = max(ends[partition], offset + 1)
-            wait(lambda: caught_up(query, topic, ends), 300, "the query did not catch up")
+            delivered = produce_and_catch_up(query, broker, topic, 8, args.rate, args.seconds)
         finally:
             query.stop()
     progress = [p for p in log.of(query.id) if p["numInputRows"]]
@@ -223,15 +223,9 @@ def run_wide(spark, log: ProgressLog, broker, args) -> dict:
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, broker.bootstrap_servers, topic, "1 second", checkpoint)
         try:
-            wait(lambda: query.status["message"] != "Initializing sources", 120, "the wide query did not start")
+            wait_until(lambda: query.status["message"] != "Initializing sources", 120, "the wide query did not start")
             time.sleep(2)
-            producer, out = start_producer(broker.bootstrap_servers, topic, partitions, 1_500, args.wide_seconds)
-            delivered = out.get(timeout=args.wide_seconds + 120)
-            producer.join(30)
-            ends: dict[int, int] = defaultdict(int)
-            for partition, offset, _ in delivered:
-                ends[partition] = max(ends[partition], offset + 1)
-            wait(lambda: caught_up(query, topic, ends), 300, "the wide query did not catch up")
+            produce_and_catch_up(query, broker, topic, partitions, 1_500, args.wide_seconds)
         finally:
             query.stop()
     progress = [p for p in log.of(query.id) if p["numInputRows"]]

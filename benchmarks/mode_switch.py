@@ -68,6 +68,7 @@ from common import (  # noqa: E402
     spark_session,
     start_producer,
     timestamp_s,
+    wait_until,
     write_results,
 )
 
@@ -112,14 +113,6 @@ def commit_time_reaching(progress: list[dict], topic: str, ends: dict[int, int])
         if all(batch["positions"].get((topic, p), -1) >= end for p, end in ends.items()):
             return batch["committed"]
     return None
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.time() + timeout_s
-    while not condition():
-        if time.time() > deadline:
-            raise TimeoutError(f"{what} within {timeout_s:.0f} s")
-        time.sleep(0.2)
 
 
 def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args) -> dict:

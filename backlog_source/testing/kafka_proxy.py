@@ -82,11 +82,7 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            for end in (source, sink):
-                try:
-                    end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shut_down(source, sink)
 
     def _count(self, frame: bytes) -> None:
         api_key, _version, _correlation, client_length = struct.unpack(">hhih", frame[:10])
@@ -102,11 +98,16 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for end in (source, sink):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut_down(source, sink)
+
+
+def _shut_down(*ends: socket.socket) -> None:
+    """Shut both directions of each socket, so the thread piping the other way ends too."""
+    for end in ends:
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the peer
 
 
 @contextmanager
