@@ -38,12 +38,14 @@ class ControlTopic:
         self._identity = self._client.topic_identity(self._topic)
         if self._identity is not None:
             self._warn_if_partitioned(self._identity)
-        bucket = Bucket(self._topic, CONTROL_PARTITION)
-        return self._client.latest_offsets([bucket])[bucket]
+        return self._latest()
 
     def log_end(self) -> int:
         """The control topic's log end, after :meth:`_check` (re-created: 0)."""
         self._check()
+        return self._latest()
+
+    def _latest(self) -> int:
         bucket = Bucket(self._topic, CONTROL_PARTITION)
         return self._client.latest_offsets([bucket])[bucket]
 
