@@ -224,8 +224,9 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
             described = ", ".join(f"{p.range.bucket} [{p.range.start}, {p.range.end}) at offset {p.position}"
                                   for p in stuck)
             raise KafkaUnavailableError(
-                f"no progress reading {described} for {config.poll_timeout_ms} ms "
-                f"(kafkaConsumer.pollTimeoutMs); is the broker reachable?"
+                f"no progress reading {described} from Kafka at {config.kafka.bootstrap_servers} for "
+                f"{config.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs). Check kafka.bootstrap.servers and "
+                f"that the brokers are reachable from the executors"
             )
 
 

@@ -83,8 +83,8 @@ def test_a_longer_outage_fails_with_a_clear_error_and_a_restart_loses_nothing(sp
 
     def start():
         df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=5_000,
-                    **{"kafkaConsumer.pollTimeoutMs": 4_000, "fetchOffset.numRetries": 1,
-                       "fetchOffset.retryIntervalMs": 200})
+                    **{"kafkaConsumer.pollTimeoutMs": 4_000, "kafka.default.api.timeout.ms": 4_000,
+                       "fetchOffset.numRetries": 1, "fetchOffset.retryIntervalMs": 200})
         return (df.writeStream.format("parquet").option("path", str(out))
                 .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
 
@@ -95,14 +95,17 @@ def test_a_longer_outage_fails_with_a_clear_error_and_a_restart_loses_nothing(sp
     broker.pause()
     try:
         with pytest.raises(StreamingQueryException) as failure:
-            # Returns False (failing the test) if the query rides out 90 s with pollTimeoutMs=4000.
+            # Returns False (failing the test) if the query rides out 90 s with both waits bounded at 4 s.
             assert not query.awaitTermination(90), "the query stopped without an error"
         message = str(failure.value)
     finally:
         broker.resume()
-    # The error says what happened and which settings bound the wait (no stack spelunking).
-    assert "kafkaConsumer.pollTimeoutMs" in message, message[:2000]
-    assert "KafkaUnavailableError" in message  # from the reader or the offset lookups, whichever waits first
+    # The error says what happened and which setting bound the wait (no stack spelunking). Whichever side waits
+    # first fails the query: a reader names kafkaConsumer.pollTimeoutMs, the driver's offset and metadata
+    # requests name kafka.default.api.timeout.ms; both name the servers they tried.
+    assert "KafkaUnavailableError" in message, message[:2000]
+    assert ("kafkaConsumer.pollTimeoutMs" in message or "kafka.default.api.timeout.ms" in message), message[:2000]
+    assert broker.bootstrap_servers in message, message[:2000]
 
     again = start()
     try:

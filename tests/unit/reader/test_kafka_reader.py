@@ -43,7 +43,8 @@ def test_compaction_gap_at_the_end_finishes_on_end_of_partition():
 def test_empty_polls_alone_never_end_a_range():
     clock = FakeClock()
     consumer = FakeConsumer([[Msg(0)]], clock=clock)
-    with pytest.raises(KafkaUnavailableError, match=r"no progress reading t-0 \[0, 3\) at offset 1 for 5000 ms"):
+    expected = r"no progress reading t-0 \[0, 3\) at offset 1 from Kafka at h:1 for 5000 ms \(kafkaConsumer.pollTimeoutMs\)"
+    with pytest.raises(KafkaUnavailableError, match=expected):
         read(split(("t", 0, 0, 3)), consumer, clock=clock)
     assert consumer.closed
 
