@@ -323,3 +323,39 @@ def test_spark_connect_and_a_forced_restart_choose_the_restart_method():
     assert choose_switcher(connect_query, 0, lambda: restart) == (
         restart, "a Spark Connect query has no JVM objects in this process to change in place")
     assert choose_switcher(java_query(JavaExecutor(EXECUTOR, JavaField(0))), 0, lambda: restart, force_restart=True)[0] is restart
+
+
+class BackToBackQuery:
+    """A query whose trigger is never seen idle (a ``0 seconds`` interval) and whose batch
+    ``7`` commits after ``commits_after`` status checks."""
+
+    def __init__(self, commits_after: int | None):
+        self.commits_after = commits_after
+        self.checks = 0
+        self.stopped = False
+
+    @property
+    def status(self):
+        self.checks += 1
+        return {"isTriggerActive": True}
+
+    @property
+    def lastProgress(self):
+        committed = self.commits_after is not None and self.checks > self.commits_after
+        return {"batchId": 8 if committed else 7}
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.mark.parametrize("commits_after, waited_s", [(3, 0.03), (None, 5.0)])
+def test_a_restart_under_back_to_back_batches_stops_once_the_running_batch_commits(commits_after, waited_s):
+    clock = FakeClock(0.0)
+    query = BackToBackQuery(commits_after)
+    started = []
+    switcher = RestartSwitcher(query, start=lambda ms: started.append(ms) or "new run", settle_timeout_s=5.0,
+                               clock=clock, sleep=clock.advance)
+    assert switcher.switch(1000) == "new run" and query.stopped and started == [1000]
+    # Stopped when batch 7 committed, not after the whole settle timeout; without a commit,
+    # the timeout still bounds the wait.
+    assert clock.now == pytest.approx(waited_s, abs=0.011)  # one 10 ms check of float drift
