@@ -2,9 +2,13 @@
 
 Which process: a Python worker on an executor. One consumer per split, created for it and
 closed when it is done. Reusing consumers across tasks (Spark's Kafka source pools them)
-was measured and left out: no gain against the embedded broker on loopback (creating a
-consumer takes 0.2 ms; the first fetch dominates), and a consumer kept while a topic it had
-read is deleted crashed its Python worker (SIGSEGV in librdkafka 2.16.1), even paused.
+was measured and left out (``benchmarks/consumer_reuse.py``): a fresh consumer reads a
+small split in a few milliseconds; a reused one first waits out the fetch the broker is
+still holding for it (``fetch.wait.max.ms``, ~240 ms measured), saves ~3 ms only with a
+10 ms fetch wait (up to 100 idle fetches per second and partition), must be resumed by
+hand (librdkafka keeps a partition's pause flag across unassign/assign: the next split
+stalled), and a consumer kept while a topic it had read is deleted crashed its Python
+worker (SIGSEGV in librdkafka 2.16.1), even paused.
 
 The end of a range is detected by consumer position, never by the record at ``end - 1``
 (compaction and transaction markers leave gaps) and never by "an empty poll means done":

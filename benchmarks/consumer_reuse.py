@@ -1,0 +1,145 @@
+"""Is reusing a Kafka consumer across splits a lever for the per-batch cost? (issue 15, lever 1)
+
+Spark's Kafka source keeps a pool of consumers per executor. This measures what a pool
+would buy the Python reader, through the real read path (``reader.kafka_reader.read_split``)
+and no Spark, so nothing else is in the figure:
+
+* ``fresh``: what the reader does, a new consumer per split, closed at its end;
+* ``reused``: one consumer kept across splits; "closing" it only unassigns it, as a pool
+  would before handing it to the next split (the next split assigns and seeks again);
+* ``reused_fetch_wait_10ms``: the same, with ``fetch.wait.max.ms=10`` so a fetch the broker
+  holds for new data returns quickly (the cost: up to 100 fetch requests per second and
+  partition while idle, where the default 500 ms allows 2).
+
+Each split is a low-latency-sized read: ``--records`` new records per partition, over 1 and
+over 8 partitions, read from the offset the previous split ended at (as consecutive
+micro-batches do). A warm-up split first; then ``--splits`` splits per variant,
+interleaved, reported as median and spread (min-max) of the time from the split's start to
+its last record.
+
+Usage::
+
+    .venv/bin/python benchmarks/consumer_reuse.py [--splits 30] [--records 100]
+
+Writes ``benchmarks/results/consumer_reuse.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import fmt, machine, median_and_spread, write_results  # noqa: E402
+from confluent_kafka import Consumer, Producer  # noqa: E402
+
+from backlog_core.settings import parse_options  # noqa: E402
+from backlog_source.testing.broker import create_topic, start_broker  # noqa: E402
+from reader.kafka_reader import read_split  # noqa: E402
+from reader.split import KafkaRange, KafkaSplit  # noqa: E402
+
+VARIANTS = ("fresh", "reused", "reused_fetch_wait_10ms")
+
+
+class UnassignOnClose:
+    """A consumer that survives ``close()``: it only drops its assignment, as a pool's
+    consumer would between two splits."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+    def close(self) -> None:
+        # The reader pauses each range it finished; librdkafka keeps a partition's pause
+        # flag across unassign/assign, so without this resume a reused consumer never
+        # delivers that partition again (measured: the next split stalled until
+        # kafkaConsumer.pollTimeoutMs). A pool has to do the same.
+        self._consumer.resume(self._consumer.assignment())
+        self._consumer.unassign()
+
+
+def append(producer: Producer, topic: str, partitions: int, records: int) -> None:
+    for partition in range(partitions):
+        for _ in range(records):
+            producer.produce(topic, value=b"x" * 100, partition=partition)
+    if producer.flush(30):
+        raise RuntimeError("records not acknowledged within 30 s")
+
+
+def time_split(split: KafkaSplit, config, factory) -> float:
+    started = time.perf_counter()
+    records = sum(batch.num_rows for batch in read_split(split, config, consumer_factory=factory))
+    assert records == split.records, (records, split.records)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits", type=int, default=30)
+    parser.add_argument("--records", type=int, default=100, help="new records per partition per split")
+    args = parser.parse_args()
+
+    broker = start_broker()
+    try:
+        bootstrap = broker.bootstrap_servers
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})
+        results: dict[str, dict] = {}
+        for partitions in (1, 8):
+            topic = f"reuse-{partitions}"
+            create_topic(bootstrap, topic, partitions)
+            per_variant = args.splits + 1  # the warm-up split included
+            config = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}).reader_config
+            fast = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                  "kafka.fetch.wait.max.ms": "10"}).reader_config
+            pools: dict[str, UnassignOnClose] = {}
+
+            def factory_for(variant: str):
+                if variant == "fresh":
+                    return Consumer
+                def pooled(librdkafka_config: dict):
+                    if variant not in pools:
+                        pools[variant] = UnassignOnClose(Consumer(librdkafka_config))
+                    return pools[variant]
+                return pooled
+
+            times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            offset = 0
+            for round_ in range(per_variant):
+                for variant in VARIANTS:
+                    # The split reads exactly the records just produced, up to the log end, as a
+                    # caught-up micro-batch does.
+                    append(producer, topic, partitions, args.records)
+                    split = KafkaSplit(tuple(KafkaRange(topic, p, offset, offset + args.records)
+                                             for p in range(partitions)))
+                    offset += args.records
+                    seconds = time_split(split, fast if variant.endswith("10ms") else config, factory_for(variant))
+                    if round_ > 0:  # the first round warms up every variant
+                        times[variant].append(seconds * 1000)
+            for pooled in pools.values():
+                pooled._consumer.close()
+            results[f"{partitions}_partitions"] = {v: median_and_spread(t) for v, t in times.items()}
+    finally:
+        broker.stop()
+
+    command = f".venv/bin/python benchmarks/consumer_reuse.py --splits {args.splits} --records {args.records}"
+    summary = {"command": command, "machine": machine(), "splits": args.splits,
+               "records_per_partition": args.records, "ms_per_split": results}
+    lines = ["# Consumer reuse across splits", "", f"Command: `{command}`", "",
+             f"{args.splits} splits per variant after a warm-up round, {args.records} new records per partition "
+             "each, read through `read_split`; median (min-max) ms from the split's start to its last record.", "",
+             "| partitions | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
+    for key, row in results.items():
+        cells = [f"{fmt(row[v]['median'], '.1f')} ({fmt(row[v]['min'], '.1f')}-{fmt(row[v]['max'], '.1f')})"
+                 for v in VARIANTS]
+        lines.append(f"| {key.split('_')[0]} | " + " | ".join(cells) + " |")
+    write_results("consumer_reuse", summary, lines)
+
+
+if __name__ == "__main__":
+    main()
