@@ -3,14 +3,15 @@
 One broker, one keyed topic of ``--updates`` updates over ``--keys`` keys, a snapshot taken
 with ``backlog-source snapshot``'s code, then ``--tail`` more updates. Two queries, each
 ``Trigger.AvailableNow`` into ``noop``, timed from ``start()`` to termination (query start-up
-included), alternated ``--repeats`` times on fresh checkpoints:
+included), Spark's default settings, one warm-up query, then ``--repeats`` interleaved rounds
+on fresh checkpoints, reported as median and spread (min-max):
 
 * ``replay``: ``startingOffsets=earliest``, the whole log;
 * ``snapshot``: ``snapshot.path`` (the snapshot's rows, then the log from its offsets).
 
 Usage::
 
-    .venv/bin/python benchmarks/snapshot_bootstrap.py [--updates 5000000] [--keys 500000] [--tail 50000]
+    .venv/bin/python benchmarks/snapshot_bootstrap.py [--updates 5000000] [--keys 500000] [--tail 50000] [--repeats 3]
 
 Writes ``benchmarks/results/snapshot_bootstrap.json`` and ``.md``. Target: >= 5x faster.
 """
@@ -18,9 +19,6 @@ Writes ``benchmarks/results/snapshot_bootstrap.json`` and ``.md``. Target: >= 5x
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -28,10 +26,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median_and_spread, spark_session, write_results  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
 
 
@@ -61,13 +60,9 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=5_000_000)
     parser.add_argument("--keys", type=int, default=500_000)
     parser.add_argument("--tail", type=int, default=50_000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from backlog_source import BacklogDataSource
     from backlog_source.snapshot import take_snapshot
 
     broker = start_broker()
@@ -85,10 +80,7 @@ def main() -> None:
         print(f"snapshot of {snapshot_rows:,} keys in {snapshot_seconds:.1f} s")
         produce(bootstrap, topic, updates(2, args.tail, args.keys, value))
 
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.driver.memory", "4g").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        spark.dataSource.register(BacklogDataSource)
+        spark = spark_session()
         timed_query(spark, bootstrap, topic, **{"snapshot.path": f"{work}/snapshot"})  # warm-up
         runs: dict[str, list[dict]] = {"replay": [], "snapshot": []}
         for _ in range(args.repeats):
@@ -99,34 +91,35 @@ def main() -> None:
     finally:
         broker.stop()
 
-    best = {name: min(r["seconds"] for r in rs) for name, rs in runs.items()}
-    speedup = best["replay"] / best["snapshot"]
+    seconds = {name: median_and_spread([r["seconds"] for r in rs]) for name, rs in runs.items()}
+    per_round = [replay["seconds"] / snap["seconds"] for replay, snap in zip(runs["replay"], runs["snapshot"])]
+    speedup = seconds["replay"]["median"] / seconds["snapshot"]["median"]
+    command = "python benchmarks/snapshot_bootstrap.py " + " ".join(sys.argv[1:])
     summary = {
-        "command": "python benchmarks/snapshot_bootstrap.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "command": command, "machine": machine(),
         "updates": args.updates, "keys": args.keys, "tail": args.tail, "partitions": PARTITIONS,
         "snapshot_rows": snapshot_rows, "snapshot_take_seconds": snapshot_seconds,
-        "runs": runs, "best_seconds": best, "speedup": speedup,
+        "runs": runs, "seconds": seconds, "speedup_of_medians": speedup, "speedup_per_round": per_round,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "snapshot_bootstrap.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (RESULTS / "snapshot_bootstrap.md").write_text(f"""# Snapshot bootstrap
 
-Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']})
+    def cell(name: str) -> str:
+        s = seconds[name]
+        return f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
 
-{args.updates:,} updates over {args.keys:,} keys ({PARTITIONS} partitions), a snapshot of
-{snapshot_rows:,} keys (taken in {snapshot_seconds:.1f} s, not counted below), then {args.tail:,}
-more updates. Time from `start()` to a caught-up `Trigger.AvailableNow` query, best of
-{args.repeats}:
-
-| start | seconds | rows read |
-| --- | ---: | ---: |
-| replay from earliest | {best['replay']:.1f} | {runs['replay'][0]['rows']:,} |
-| snapshot + tail | {best['snapshot']:.1f} | {runs['snapshot'][0]['rows']:,} |
-
-Speed-up: **{speedup:.1f}x** (target >= 5x).
-""")
-    print(json.dumps({"speedup": speedup, "best_seconds": best}))
+    write_results("snapshot_bootstrap", summary, [
+        "# Snapshot bootstrap", "",
+        f"Command: `{command}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
+        "Spark's default settings)", "",
+        f"{args.updates:,} updates over {args.keys:,} keys ({PARTITIONS} partitions), a snapshot of "
+        f"{snapshot_rows:,} keys (taken in {snapshot_seconds:.1f} s, not counted below), then {args.tail:,} "
+        "more updates. Time from `start()` to a caught-up `Trigger.AvailableNow` query (query start-up "
+        f"included), after one warm-up query; median (min-max) of {args.repeats} interleaved rounds:", "",
+        "| start | seconds | rows read |", "| --- | ---: | ---: |",
+        f"| replay from earliest | {cell('replay')} | {runs['replay'][0]['rows']:,} |",
+        f"| snapshot + tail | {cell('snapshot')} | {runs['snapshot'][0]['rows']:,} |", "",
+        f"Speed-up (ratio of medians): **{speedup:.1f}x** (per round: "
+        + ", ".join(f"{r:.1f}x" for r in per_round) + "; target >= 5x).",
+    ])
 
 
 if __name__ == "__main__":
