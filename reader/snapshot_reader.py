@@ -56,11 +56,13 @@ def read_snapshot_split(
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """The batch in the query's schema: headers added empty when the snapshot has none."""
+    """The batch in the query's schema: ``headers`` NULL when the snapshot has none (taken
+    without ``includeHeaders``), as Spark's Kafka source gives NULL for a record without
+    headers; an empty list is a value it never produces."""
     columns = []
     for field in schema:
         if field.name in batch.schema.names:
             columns.append(batch.column(field.name).cast(field.type))
         else:
-            columns.append(pa.array([[]] * batch.num_rows, field.type))
+            columns.append(pa.nulls(batch.num_rows, field.type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
