@@ -1,0 +1,128 @@
+"""What a streaming query costs before its first batch: format("backlog") against a trivial
+Python data source and Spark's JVM ``rate`` source.
+
+Why: ``snapshot_bootstrap.py`` and ``read_throughput.py`` time queries from ``start()``, so
+a fixed start-up cost caps their ratios. This separates it: each query is
+``Trigger.AvailableNow`` into ``noop`` on a fresh checkpoint; "start -> first trigger" is
+from ``start()`` to the first progress event's trigger timestamp, "total" to termination.
+
+* ``backlog``: this source on an 8-partition topic of 800 records;
+* ``trivial_python``: a Python ``DataSourceStreamReader`` that returns constant offsets
+  and one row: PySpark's own cost of a Python streaming source;
+* ``rate``: Spark's JVM rate source: Spark without Python.
+
+Spark's default settings, one warm-up query of each, then ``--rounds`` interleaved rounds;
+median and spread (min-max).
+
+Usage::
+
+    .venv/bin/python benchmarks/query_startup.py [--rounds 5]
+
+Writes ``benchmarks/results/query_startup.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import fmt, machine, median_and_spread, spark_session, timestamp_s, write_results  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+
+from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+
+KINDS = ("backlog", "trivial_python", "rate")
+
+
+class _TrivialReader(DataSourceStreamReader):
+    def initialOffset(self):
+        return {"o": 0}
+
+    def latestOffset(self):
+        return {"o": 1}
+
+    def partitions(self, start, end):
+        return [InputPartition(0)]
+
+    def read(self, partition):
+        yield (1,)
+
+
+class TrivialSource(DataSource):
+    """One row, constant offsets: nothing but PySpark's Python streaming source machinery."""
+
+    @classmethod
+    def name(cls):
+        return "trivial_python"
+
+    def schema(self):
+        return "x int"
+
+    def streamReader(self, schema):
+        return _TrivialReader()
+
+
+def timed(spark, kind: str, bootstrap: str) -> dict:
+    if kind == "backlog":
+        df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", "startup").option("startingOffsets", "earliest").load())
+    elif kind == "trivial_python":
+        df = spark.readStream.format("trivial_python").load()
+    else:
+        df = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+    with tempfile.TemporaryDirectory() as checkpoint:
+        started = time.time()
+        query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+        query.awaitTermination()
+        total = time.time() - started
+        first = min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress)
+    return {"start_to_first_trigger_s": first - started, "total_s": total}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    broker = start_broker()
+    try:
+        create_topic(broker.bootstrap_servers, "startup", 8)
+        produce(broker.bootstrap_servers, "startup", ((i % 8, None, b"x") for i in range(800)))
+        spark = spark_session()
+        spark.dataSource.register(TrivialSource)
+        for kind in KINDS:
+            timed(spark, kind, broker.bootstrap_servers)  # warm-up
+        runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+        for _ in range(args.rounds):
+            for kind in KINDS:
+                runs[kind].append(timed(spark, kind, broker.bootstrap_servers))
+        spark.stop()
+    finally:
+        broker.stop()
+
+    summary = {kind: {key: median_and_spread([r[key] for r in rs]) for key in ("start_to_first_trigger_s", "total_s")}
+               for kind, rs in runs.items()}
+    command = f".venv/bin/python benchmarks/query_startup.py --rounds {args.rounds}"
+
+    def cell(figure: dict) -> str:
+        return f"{fmt(figure['median'])} ({fmt(figure['min'])}-{fmt(figure['max'])})"
+
+    write_results("query_startup", {"command": command, "machine": machine(), "runs": runs, "summary": summary}, [
+        "# Query start-up", "", f"Command: `{command}`", "",
+        f"`Trigger.AvailableNow` into `noop`, Spark's defaults, a warm-up query of each, median (min-max) of "
+        f"{args.rounds} interleaved rounds, seconds.", "",
+        "| source | start() -> first trigger | start() -> terminated |", "| --- | ---: | ---: |",
+        *(f"| {kind} | {cell(summary[kind]['start_to_first_trigger_s'])} | {cell(summary[kind]['total_s'])} |"
+          for kind in KINDS),
+    ])
+
+
+if __name__ == "__main__":
+    main()
