@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fmt, machine, write_results  # noqa: E402
+from common import fmt, log_end_offsets, machine, write_results  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, OffsetSpec  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, start_broker  # noqa: E402
 
@@ -40,8 +40,7 @@ TAIL = 5  # records read per partition by each timed fetch
 
 def list_offsets_ms(admin: AdminClient, topic: str) -> tuple[float, dict[int, int]]:
     started = time.perf_counter()
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
-    ends = {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+    ends = log_end_offsets(admin, topic, PARTITIONS)
     return (time.perf_counter() - started) * 1000, ends
 
 

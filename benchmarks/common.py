@@ -17,6 +17,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from bisect import bisect_right
@@ -179,6 +180,37 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
+
+
+def log_end_offsets(admin, topic: str, partitions: int) -> dict[int, int]:
+    """``ListOffsets(latest)`` of partitions ``0..partitions-1`` of ``topic`` through
+    ``admin`` (a confluent-kafka AdminClient the caller keeps, so timing it times the
+    request, not a client's creation)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
+    return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+
+
+def backlog_stream(spark, bootstrap: str, topic: str, **options: str):
+    """``format("backlog")`` reading ``topic`` from earliest, with extra source ``options``."""
+    return (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest").options(**options).load())
+
+
+def run_available_now(df) -> tuple[float, float, Any]:
+    """Run ``df`` with ``Trigger.AvailableNow`` into ``noop`` on a fresh checkpoint until it
+    ends. Returns (wall-clock time of ``start()``, seconds from ``start()`` to termination,
+    the query). Raises RuntimeError with the query's error if it failed."""
+    with tempfile.TemporaryDirectory() as checkpoint:
+        started = time.time()
+        query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+        query.awaitTermination()
+        seconds = time.time() - started
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return started, seconds, query
 
 
 def wait_until(condition, timeout_s: float, what: str) -> None:

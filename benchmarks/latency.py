@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     ProgressLog,
     fmt,
+    log_end_offsets,
     machine,
     median_and_spread,
     offset_of,
@@ -50,7 +51,7 @@ from common import (  # noqa: E402
 )
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, OffsetSpec  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from backlog_core.buckets import Bucket  # noqa: E402
 from backlog_core.kafka_config import ClientRole, KafkaClientConfig  # noqa: E402
@@ -141,13 +142,7 @@ def run_bare(broker, args) -> dict:
     create_topic(broker.bootstrap_servers, topic, 8)
     config = KafkaClientConfig(bootstrap_servers=broker.bootstrap_servers)
     admin = AdminClient(config.librdkafka(ClientRole.ADMIN))
-    partitions = [TopicPartition(topic, p) for p in range(8)]
-
-    def latest() -> dict[int, int]:
-        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in partitions})
-        return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
-
-    positions = latest()
+    positions = log_end_offsets(admin, topic, 8)
     producer, out = start_producer(broker.bootstrap_servers, topic, 8, args.rate, args.seconds)
     timed, cycles, steps = [], [], []
     final: dict[int, int] | None = None  # where the live traffic ended, once the producer said
@@ -157,7 +152,7 @@ def run_bare(broker, args) -> dict:
             for partition, offset, _ in out.get():
                 final[partition] = max(final.get(partition, 0), offset + 1)
         started = time.time()
-        ends = latest()
+        ends = log_end_offsets(admin, topic, 8)
         listed = time.time()
         if ends == positions:
             time.sleep(0.01)  # Spark's idle poll interval

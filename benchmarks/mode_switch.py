@@ -61,6 +61,7 @@ from common import (  # noqa: E402
     RESULTS,
     ProgressLog,
     batch_ends,
+    log_end_offsets,
     machine,
     median_and_spread,
     percentile,
@@ -93,13 +94,10 @@ SCENARIOS = ("steady", "burst")
 # ------------------------------------------------------------------------ one run
 
 
-def log_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
-    return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+    return log_end_offsets(AdminClient({"bootstrap.servers": bootstrap}), topic, PARTITIONS)
 
 
 def burst(bootstrap: str, topic: str, records: int) -> None:
@@ -122,7 +120,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
     topic = f"bench-mode-{scenario}-{name}-{time.time_ns()}"
     create_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, ((i % PARTITIONS, None, b"b" * 100) for i in range(args.backlog)))
-    backlog_ends = log_end_offsets(bootstrap, topic)
+    backlog_ends = log_ends(bootstrap, topic)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
                **config["options"]}
     if scenario == "burst":
@@ -151,7 +149,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
                 process = mp.Process(target=burst, args=(bootstrap, topic, args.burst), daemon=True)
                 process.start()
                 process.join(300)
-                burst_ends = log_end_offsets(bootstrap, topic)
+                burst_ends = log_ends(bootstrap, topic)
             delivered = out.get(timeout=args.live_seconds + 300)
             producer.join(30)
             live_ends: dict[int, int] = {}

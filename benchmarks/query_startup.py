@@ -26,14 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fmt, machine, median_and_spread, spark_session, timestamp_s, write_results  # noqa: E402
+from common import (  # noqa: E402
+    backlog_stream,
+    fmt,
+    machine,
+    median_and_spread,
+    run_available_now,
+    spark_session,
+    timestamp_s,
+    write_results,
+)
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
@@ -71,18 +78,13 @@ class TrivialSource(DataSource):
 
 def timed(spark, kind: str, bootstrap: str) -> dict:
     if kind == "backlog":
-        df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", "startup").option("startingOffsets", "earliest").load())
+        df = backlog_stream(spark, bootstrap, "startup")
     elif kind == "trivial_python":
         df = spark.readStream.format("trivial_python").load()
     else:
         df = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
-    with tempfile.TemporaryDirectory() as checkpoint:
-        started = time.time()
-        query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
-        query.awaitTermination()
-        total = time.time() - started
-        first = min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress)
+    started, total, query = run_available_now(df)
+    first = min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress)
     return {"start_to_first_trigger_s": first - started, "total_s": total}
 
 

@@ -26,14 +26,20 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median_and_spread, spark_session, write_results  # noqa: E402
+from common import (  # noqa: E402
+    backlog_stream,
+    machine,
+    median_and_spread,
+    run_available_now,
+    spark_session,
+    write_results,
+)
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
@@ -89,24 +95,8 @@ def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, t
 def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str) -> dict:
     """Drain ``topic`` from earliest with ``Trigger.AvailableNow`` into ``noop``; ``options``
     are extra source options. Raises RuntimeError unless exactly ``expected`` records arrive."""
-    with tempfile.TemporaryDirectory() as checkpoint:
-        df = (
-            spark.readStream.format("backlog")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .options(**options)
-            .load()
-        )
-        started = time.perf_counter()
-        query = (
-            df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
-        )
-        query.awaitTermination()
-        wall = time.perf_counter() - started
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        records = sum(p.numInputRows for p in query.recentProgress)
+    _, wall, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
+    records = sum(p.numInputRows for p in query.recentProgress)
     if records != expected:
         raise RuntimeError(f"the source read {records} records, expected {expected}")
     return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(query.recentProgress)}

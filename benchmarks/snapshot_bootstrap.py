@@ -28,7 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median_and_spread, spark_session, write_results  # noqa: E402
+from common import (  # noqa: E402
+    backlog_stream,
+    machine,
+    median_and_spread,
+    run_available_now,
+    spark_session,
+    write_results,
+)
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 PARTITIONS = 8
@@ -42,19 +49,11 @@ def updates(seed: int, count: int, keys: int, value: bytes):
 
 
 def timed_query(spark, bootstrap: str, topic: str, **options: str) -> dict:
-    with tempfile.TemporaryDirectory() as checkpoint:
-        df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest").options(**options).load())
-        started = time.perf_counter()
-        query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
-        query.awaitTermination()
-        seconds = time.perf_counter() - started
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        rows = sum(p.numInputRows for p in query.recentProgress)
-        # Where the time went, per batch: Spark's own breakdown (the rest of `seconds` is
-        # query start-up before the first trigger).
-        batches = [{"rows": p.numInputRows, **{k: v for k, v in p.durationMs.items()}} for p in query.recentProgress]
+    _, seconds, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
+    rows = sum(p.numInputRows for p in query.recentProgress)
+    # Where the time went, per batch: Spark's own breakdown (the rest of `seconds` is
+    # query start-up before the first trigger).
+    batches = [{"rows": p.numInputRows, **{k: v for k, v in p.durationMs.items()}} for p in query.recentProgress]
     return {"seconds": seconds, "rows": rows, "batches": batches}
 
 

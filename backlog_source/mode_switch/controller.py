@@ -35,7 +35,13 @@ from backlog_source.mode_switch.listener import (
     TriggerIdle,
     backlog_flag,
 )
-from backlog_source.mode_switch.switchers import RESTART, RestartSwitcher, TriggerSwitcher, choose_switcher
+from backlog_source.mode_switch.switchers import (
+    RESTART,
+    RestartSwitcher,
+    TriggerSwitcher,
+    choose_switcher,
+    last_progress,
+)
 from backlog_source.mode_switch.writer_info import session_of
 
 log = logging.getLogger(__name__)
@@ -198,12 +204,12 @@ class BacklogAwareQuery:
     def _still_needed(self, old_query: Any) -> bool:
         """Batches kept committing while the restart waited for its trigger to end: if the
         latest of them flipped the flag back, there is nothing to switch."""
-        return _mode_of(_last_progress(old_query)) is not self._mode
+        return _mode_of(last_progress(old_query)) is not self._mode
 
     def _restart_in_mode_of_last_batch(self, interval_ms: int) -> Any:
         """Start the new run in the mode the stopped run's last committed batch calls for:
         the new run starts from that batch and may never report again (no new data)."""
-        mode = _mode_of(_last_progress(self._query))
+        mode = _mode_of(last_progress(self._query))
         if mode is not None:
             interval_ms = self._interval_ms(mode)
         self._restarted_in = mode
@@ -344,13 +350,6 @@ class _SwitchSpan:
             {**self._attributes, span_names.SWITCH_ENDED_BY: ended_by},
         )
         telemetry.export([record])
-
-
-def _last_progress(query: Any) -> Any:
-    try:
-        return query.lastProgress
-    except Exception:  # the query object may be unusable after a failure
-        return None
 
 
 def _mode_of(progress: Any) -> Mode | None:

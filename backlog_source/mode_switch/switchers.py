@@ -164,12 +164,18 @@ def choose_switcher(query: Any, interval_ms: int, restart: Callable[[], "Restart
         return restart(), f"in place is impossible: {exc}"
 
 
+def last_progress(query: Any) -> Any:
+    """``query.lastProgress``, or None when there is none yet or the query object is
+    unusable after a failure."""
+    try:
+        return query.lastProgress
+    except Exception:  # the query object may be unusable after a failure
+        return None
+
+
 def _last_batch_id(query: Any) -> int | None:
     """The id of the query's last committed batch, or None (none yet, or unreadable)."""
-    try:
-        progress = query.lastProgress
-    except Exception:  # the query may have failed meanwhile
-        return None
+    progress = last_progress(query)
     return None if progress is None else progress.get("batchId")
 
 
