@@ -144,6 +144,7 @@ class FakeConsumer:
         self.watermarks = watermarks
         self.clock = clock
         self.config: dict | None = None
+        self.asked: list[int] = []  # num_messages of every consume() call
 
     def __call__(self, config):
         self.config = config
@@ -166,6 +167,7 @@ class FakeConsumer:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
 
     def consume(self, num, timeout):
+        self.asked.append(num)
         if self.script:
             step = self.script.pop(0)
             if isinstance(step, Exception):

@@ -37,6 +37,15 @@ def test_reads_from_the_position_to_the_log_end_seen_when_asked_then_closes_its_
     assert consumer.config["client.id"] == "backlog-source-events-reader" and consumer.config["enable.auto.commit"] is False
 
 
+def test_it_asks_for_no_more_messages_than_remain_so_it_returns_when_the_last_one_arrives():
+    # consume(n, wait) returns at n messages or at the end of its wait: asking for more than
+    # the log holds would wait out every call.
+    consumer = FakeConsumer([[message(3), message(4)], [message(5)]], watermarks=(0, 6))
+    read = reader(consumer).read_from(3)
+    assert read.next_position == 6
+    assert consumer.asked == [3, 1]
+
+
 def test_every_read_uses_its_own_consumer():
     consumer = FakeConsumer([[message(0), message(1)], [message(2)]], watermarks=(0, 2))
     control = reader(consumer)
