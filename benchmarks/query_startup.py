@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -91,6 +92,8 @@ def timed(spark, kind: str, bootstrap: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--results-name", default="query_startup",
+                        help="file name of the results (pyspark_bytecode.py runs this twice)")
     args = parser.parse_args()
 
     broker = start_broker()
@@ -111,15 +114,17 @@ def main() -> None:
 
     summary = {kind: {key: median_and_spread([r[key] for r in rs]) for key in ("start_to_first_trigger_s", "total_s")}
                for kind, rs in runs.items()}
-    command = f".venv/bin/python benchmarks/query_startup.py --rounds {args.rounds}"
+    command = " ".join([".venv/bin/python benchmarks/query_startup.py", *sys.argv[1:]])
 
     def cell(figure: dict) -> str:
         return f"{fmt(figure['median'])} ({fmt(figure['min'])}-{fmt(figure['max'])})"
 
-    write_results("query_startup", {"command": command, "machine": machine(), "runs": runs, "summary": summary}, [
+    spark_home = os.environ.get("SPARK_HOME", "(the installed pyspark package)")
+    write_results(args.results_name, {"command": command, "machine": machine(), "spark_home": spark_home, "runs": runs,
+                                      "summary": summary}, [
         "# Query start-up", "", f"Command: `{command}`", "",
         f"`Trigger.AvailableNow` into `noop`, Spark's defaults, a warm-up query of each, median (min-max) of "
-        f"{args.rounds} interleaved rounds, seconds.", "",
+        f"{args.rounds} interleaved rounds, seconds. SPARK_HOME: {spark_home}.", "",
         "| source | start() -> first trigger | start() -> terminated |", "| --- | ---: | ---: |",
         *(f"| {kind} | {cell(summary[kind]['start_to_first_trigger_s'])} | {cell(summary[kind]['total_s'])} |"
           for kind in KINDS),
