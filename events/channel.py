@@ -111,8 +111,9 @@ class ControlTopicReader:
 
     def read_from(self, position: int) -> ControlMessages:
         """Every message from ``position`` up to the log end (asked once, so this returns
-        even while other sources keep writing), plus any that came in the same fetch as the
-        last of them: the returned position is always just past what was returned. A
+        even while other sources keep writing; a message written after that is read by the
+        next call), plus any that came in the same ``consume()`` call as the last of them:
+        the returned position is always just past what was returned. A
         position beyond the log end (the topic was re-created) reads from its earliest
         offset. Gives up quietly (returning what it has) after the timeout; the next call
         continues from the returned position."""
