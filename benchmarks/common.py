@@ -242,3 +242,13 @@ def write_results(name: str, summary: dict, markdown: list[str]) -> None:
 
 def fmt(value, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+def with_spread(figure: dict, spec: str = ".2f") -> str:
+    """A :func:`median_and_spread` figure as ``median (min-max)``, or the median alone when
+    every run gave the same value; ``n/a`` when there was none."""
+    if figure["median"] is None:
+        return "n/a"
+    if figure["min"] == figure["max"]:
+        return format(figure["median"], spec)
+    return f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-{format(figure['max'], spec)})"

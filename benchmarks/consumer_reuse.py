@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fmt, machine, median_and_spread, write_results  # noqa: E402
+from common import machine, median_and_spread, with_spread, write_results  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from backlog_core.settings import parse_options  # noqa: E402
@@ -139,8 +139,7 @@ def main() -> None:
              "each, read through `read_split`; median (min-max) ms from the split's start to its last record.", "",
              "| partitions | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
     for key, row in results.items():
-        cells = [f"{fmt(row[v]['median'], '.1f')} ({fmt(row[v]['min'], '.1f')}-{fmt(row[v]['max'], '.1f')})"
-                 for v in VARIANTS]
+        cells = [with_spread(row[v], '.1f') for v in VARIANTS]
         lines.append(f"| {key.split('_')[0]} | " + " | ".join(cells) + " |")
     write_results("consumer_reuse", summary, lines)
 

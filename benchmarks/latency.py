@@ -47,6 +47,7 @@ from common import (  # noqa: E402
     timed_latencies,
     wait_until,
     windows,
+    with_spread,
     write_results,
 )
 
@@ -310,13 +311,6 @@ def summarise(trigger: str, runs: list[dict]) -> dict:
     return summary
 
 
-def spread(figure: dict, spec: str = ".2f") -> str:
-    """``median (min-max)``."""
-    if figure["median"] is None:
-        return "n/a"
-    return f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-{format(figure['max'], spec)})"
-
-
 def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
     command = "python benchmarks/latency.py " + " ".join(sys.argv[1:])
     summary = {"command": command, "machine": machine(), "rate": args.rate, "seconds": args.seconds,
@@ -331,11 +325,11 @@ def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
-        lines.append(f"| {r['trigger']} | {spread(r['latency_p50_s'])} | {spread(r['latency_p99_s'])} | "
-                     f"{spread(r['batch_p50_s'])} | {spread(r['batch_p99_s'])} | {spread(r['records_per_batch_median'], '.0f')} | "
-                     f"{spread(r['batches'], '.0f')} | {spread(r['idle_driver_requests_per_s'], '.1f')} |")
-    lines.append(f"| {bare['trigger']} | {spread(bare['latency_p50_s'])} | {spread(bare['latency_p99_s'])} | "
-                 f"{spread(bare['batch_p50_s'])} | {spread(bare['batch_p99_s'])} | n/a | {spread(bare['batches'], '.0f')} | n/a |")
+        lines.append(f"| {r['trigger']} | {with_spread(r['latency_p50_s'])} | {with_spread(r['latency_p99_s'])} | "
+                     f"{with_spread(r['batch_p50_s'])} | {with_spread(r['batch_p99_s'])} | {with_spread(r['records_per_batch_median'], '.0f')} | "
+                     f"{with_spread(r['batches'], '.0f')} | {with_spread(r['idle_driver_requests_per_s'], '.1f')} |")
+    lines.append(f"| {bare['trigger']} | {with_spread(bare['latency_p50_s'])} | {with_spread(bare['latency_p99_s'])} | "
+                 f"{with_spread(bare['batch_p50_s'])} | {with_spread(bare['batch_p99_s'])} | n/a | {with_spread(bare['batches'], '.0f')} | n/a |")
     lines += ["", f"Latency p50 / p99 s by when the record was produced ({WINDOW_S:.0f} s windows from the first live record; "
               "median over runs):", "",
               "| trigger | " + " | ".join(f"{w['from_s']:.0f}-{w['from_s'] + WINDOW_S:.0f} s" for w in bare["windows"]) + " |",
@@ -357,9 +351,9 @@ def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
     for name, s in first["runs"][0]["steps"].items():
         lines.append(f"- `{name}`: {s['median_ms']:.1f} / {fmt(s['p99_ms'], '.1f')} ms ({s['count']})")
     if wide:
-        lines += ["", f"Wide topic ({wide['partitions']:,} partitions, 1 s trigger, {spread(wide['records_per_batch_median'], '.0f')} "
-                  f"records per batch, {args.runs} runs): batch p50 {spread(wide['batch_p50_s'])} s, p99 {spread(wide['batch_p99_s'])} s, "
-                  f"addBatch median {spread(wide['add_batch_ms_median'], '.0f')} ms, {spread(wide['tasks_per_batch_median'], '.0f')} "
+        lines += ["", f"Wide topic ({wide['partitions']:,} partitions, 1 s trigger, {with_spread(wide['records_per_batch_median'], '.0f')} "
+                  f"records per batch, {args.runs} runs): batch p50 {with_spread(wide['batch_p50_s'])} s, p99 {with_spread(wide['batch_p99_s'])} s, "
+                  f"addBatch median {with_spread(wide['add_batch_ms_median'], '.0f')} ms, {with_spread(wide['tasks_per_batch_median'], '.0f')} "
                   f"task(s) per batch (target: under 1 s)."]
     write_results("latency", summary, lines)
 

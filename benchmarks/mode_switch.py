@@ -73,6 +73,7 @@ from common import (  # noqa: E402
     start_producer,
     timestamp_s,
     wait_until,
+    with_spread,
     write_results,
 )
 
@@ -250,14 +251,6 @@ def summarise(runs: list[dict]) -> dict:
     return summary
 
 
-def spread(figure: dict, spec: str = ".2f") -> str:
-    if figure["median"] is None:
-        return "n/a"
-    if figure["min"] == figure["max"]:
-        return format(figure["median"], spec)
-    return f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-{format(figure['max'], spec)})"
-
-
 def ratios(summaries: dict[str, dict]) -> dict:
     """Adaptive (in place) against the best of the target fixed configurations, per
     scenario, on medians taken in the same run of this script."""
@@ -303,11 +296,11 @@ def report(results: dict, args) -> None:
                   "| batches after |" + (" burst s |" if scenario == "burst" else ""),
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if scenario == "burst" else "")]
         for name, s in by_name.items():
-            lines.append(f"| {name} | {spread(s['drain_s'], '.1f')} | {spread(s['drain_from_first_trigger_s'], '.1f')} | "
-                         f"{spread(s['latency_p50_s'])} | "
-                         f"{spread(s['latency_p99_s'])} | {spread(s['batches_to_drain'], '.0f')} | "
-                         f"{spread(s['batches_after'], '.0f')} |"
-                         + (f" {spread(s['burst_s'], '.1f')} |" if scenario == "burst" else ""))
+            lines.append(f"| {name} | {with_spread(s['drain_s'], '.1f')} | {with_spread(s['drain_from_first_trigger_s'], '.1f')} | "
+                         f"{with_spread(s['latency_p50_s'])} | "
+                         f"{with_spread(s['latency_p99_s'])} | {with_spread(s['batches_to_drain'], '.0f')} | "
+                         f"{with_spread(s['batches_after'], '.0f')} |"
+                         + (f" {with_spread(s['burst_s'], '.1f')} |" if scenario == "burst" else ""))
         if scenario in compared:
             c = compared[scenario]
             lines += ["", f"- adaptive (in place) drain / best fixed drain: **{c['drain_vs_best_fixed']:.2f}x** "
@@ -323,12 +316,12 @@ def report(results: dict, args) -> None:
             for direction in ("low-latency", "high-throughput"):
                 d = s.get(f"to_{direction}")
                 if d and d["count"]:
-                    lines.append(f"| {name} | {direction} | {d['count']} | {spread(d['decision_lag_s'], '.3f')} | "
-                                 f"{spread(d['apply_s'], '.3f')} | {spread(d['effective_s'], '.3f')} |")
+                    lines.append(f"| {name} | {direction} | {d['count']} | {with_spread(d['decision_lag_s'], '.3f')} | "
+                                 f"{with_spread(d['apply_s'], '.3f')} | {with_spread(d['effective_s'], '.3f')} |")
     lines += ["", "Start-up (steady scenario): the start call, and from its return to the first trigger:", "",
               "| configuration | start call s | returned -> first trigger s |", "| --- | ---: | ---: |"]
     for name, s in summaries.get("steady", {}).items():
-        lines.append(f"| {name} | {spread(s['start_call_s'], '.3f')} | {spread(s['returned_to_first_trigger_s'], '.3f')} |")
+        lines.append(f"| {name} | {with_spread(s['start_call_s'], '.3f')} | {with_spread(s['returned_to_first_trigger_s'], '.3f')} |")
     write_results("mode_switch", summary, lines)
     plot(results)
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, fmt, machine, median_and_spread, write_results  # noqa: E402
+from common import RESULTS, fmt, machine, median_and_spread, with_spread, write_results  # noqa: E402
 
 RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 
@@ -59,18 +59,10 @@ def installed_spark_home() -> Path:
 def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
     """A directory that links every entry of ``spark_home`` except ``python/lib``, whose
     ``pyspark.zip`` is rebuilt with an unchecked hash-based ``.pyc`` beside each ``.py``."""
-    for entry in spark_home.iterdir():
-        if entry.name != "python":
-            (destination / entry.name).symlink_to(entry)
-    (destination / "python").mkdir()
-    for entry in (spark_home / "python").iterdir():
-        if entry.name != "lib":
-            (destination / "python" / entry.name).symlink_to(entry)
+    _link_all_but(spark_home, destination, "python")
+    _link_all_but(spark_home / "python", destination / "python", "lib")
     lib = destination / "python" / "lib"
-    lib.mkdir()
-    for entry in (spark_home / "python" / "lib").iterdir():
-        if entry.name != "pyspark.zip":
-            (lib / entry.name).symlink_to(entry)
+    _link_all_but(spark_home / "python" / "lib", lib, "pyspark.zip")
     with zipfile.ZipFile(spark_home / "python" / "lib" / "pyspark.zip") as source, \
             zipfile.ZipFile(lib / "pyspark.zip", "w", zipfile.ZIP_DEFLATED) as target:
         for info in source.infolist():
@@ -80,6 +72,14 @@ def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
                 code = compile(data, info.filename, "exec", dont_inherit=True)
                 target.writestr(info.filename + "c", bytes(_code_to_hash_pyc(code, importlib.util.source_hash(data), False)))
     return destination
+
+
+def _link_all_but(source: Path, target: Path, excluded: str) -> None:
+    """``target`` (created if missing) with a symlink to every entry of ``source`` but ``excluded``."""
+    target.mkdir(exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name != excluded:
+            (target / entry.name).symlink_to(entry)
 
 
 def import_seconds(python_path: str | None, times: int) -> dict:
@@ -126,9 +126,6 @@ def main() -> None:
 
     command = " ".join([".venv/bin/python benchmarks/pyspark_bytecode.py", *sys.argv[1:]])
 
-    def cell(figure: dict) -> str:
-        return f"{fmt(figure['median'])} ({fmt(figure['min'])}-{fmt(figure['max'])})"
-
     kinds = list(startup["shipped"])
     write_results("pyspark_bytecode", {"command": command, "machine": machine(), "imports_s": imports,
                                        "start_to_first_trigger_s": startup}, [
@@ -137,12 +134,12 @@ def main() -> None:
         f"Fresh interpreter importing `{RUNNER_MODULE}` (the driver-side process of every Python streaming "
         f"query), median (min-max) of {args.imports}, seconds:", "",
         "| imported from | seconds |", "| --- | ---: |",
-        *(f"| {name} | {cell(figure)} |" for name, figure in imports.items()), "",
+        *(f"| {name} | {with_spread(figure)} |" for name, figure in imports.items()), "",
         f"`query_startup.py --rounds {args.rounds}` (AvailableNow into noop, Spark's defaults) with the installed "
         "SPARK_HOME and with a mirror of it whose pyspark.zip holds bytecode, start() -> first trigger, seconds:", "",
         "| source | pyspark.zip as shipped | with bytecode | saved |", "| --- | ---: | ---: | ---: |",
-        *(f"| {kind} | {cell(startup['shipped'][kind]['start_to_first_trigger_s'])} | "
-          f"{cell(startup['bytecode'][kind]['start_to_first_trigger_s'])} | "
+        *(f"| {kind} | {with_spread(startup['shipped'][kind]['start_to_first_trigger_s'])} | "
+          f"{with_spread(startup['bytecode'][kind]['start_to_first_trigger_s'])} | "
           f"{fmt(startup['shipped'][kind]['start_to_first_trigger_s']['median'] - startup['bytecode'][kind]['start_to_first_trigger_s']['median'])} |"
           for kind in kinds),
     ])

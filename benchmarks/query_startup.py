@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     backlog_stream,
-    fmt,
     machine,
     median_and_spread,
     run_available_now,
     spark_session,
     timestamp_s,
+    with_spread,
     write_results,
 )
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
@@ -116,9 +116,6 @@ def main() -> None:
                for kind, rs in runs.items()}
     command = " ".join([".venv/bin/python benchmarks/query_startup.py", *sys.argv[1:]])
 
-    def cell(figure: dict) -> str:
-        return f"{fmt(figure['median'])} ({fmt(figure['min'])}-{fmt(figure['max'])})"
-
     spark_home = os.environ.get("SPARK_HOME", "(the installed pyspark package)")
     write_results(args.results_name, {"command": command, "machine": machine(), "spark_home": spark_home, "runs": runs,
                                       "summary": summary}, [
@@ -126,7 +123,7 @@ def main() -> None:
         f"`Trigger.AvailableNow` into `noop`, Spark's defaults, a warm-up query of each, median (min-max) of "
         f"{args.rounds} interleaved rounds, seconds. SPARK_HOME: {spark_home}.", "",
         "| source | start() -> first trigger | start() -> terminated |", "| --- | ---: | ---: |",
-        *(f"| {kind} | {cell(summary[kind]['start_to_first_trigger_s'])} | {cell(summary[kind]['total_s'])} |"
+        *(f"| {kind} | {with_spread(summary[kind]['start_to_first_trigger_s'])} | {with_spread(summary[kind]['total_s'])} |"
           for kind in KINDS),
     ])
 

@@ -38,6 +38,7 @@ from common import (  # noqa: E402
     median_and_spread,
     run_available_now,
     spark_session,
+    with_spread,
     write_results,
 )
 
@@ -150,7 +151,7 @@ def main() -> None:
         "ratio_source_vs_bare_2": source / rates["bare_2"]["median"],
         "ratio_source_vs_bare_1_librdkafka_defaults": source / rates["bare_1_librdkafka_defaults"]["median"],
     }
-    rows = [f"| {name} | {r['median']:,.0f} ({r['min']:,.0f}-{r['max']:,.0f}) |" for name, r in rates.items()]
+    rows = [f"| {name} | {with_spread(r, ',.0f')} |" for name, r in rates.items()]
     write_results("read_throughput", summary, [
         "# Read throughput", "",
         f"Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "

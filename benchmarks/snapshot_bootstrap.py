@@ -34,6 +34,7 @@ from common import (  # noqa: E402
     median_and_spread,
     run_available_now,
     spark_session,
+    with_spread,
     write_results,
 )
 
@@ -104,10 +105,6 @@ def main() -> None:
         "runs": runs, "seconds": seconds, "speedup_of_medians": speedup, "speedup_per_round": per_round,
     }
 
-    def cell(name: str) -> str:
-        s = seconds[name]
-        return f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
-
     write_results("snapshot_bootstrap", summary, [
         "# Snapshot bootstrap", "",
         f"Command: `{command}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
@@ -117,8 +114,8 @@ def main() -> None:
         "more updates. Time from `start()` to a caught-up `Trigger.AvailableNow` query (query start-up "
         f"included), after one warm-up query; median (min-max) of {args.repeats} interleaved rounds:", "",
         "| start | seconds | rows read |", "| --- | ---: | ---: |",
-        f"| replay from earliest | {cell('replay')} | {runs['replay'][0]['rows']:,} |",
-        f"| snapshot + tail | {cell('snapshot')} | {runs['snapshot'][0]['rows']:,} |", "",
+        f"| replay from earliest | {with_spread(seconds['replay'], '.1f')} | {runs['replay'][0]['rows']:,} |",
+        f"| snapshot + tail | {with_spread(seconds['snapshot'], '.1f')} | {runs['snapshot'][0]['rows']:,} |", "",
         f"Speed-up (ratio of medians): **{speedup:.1f}x** (per round: "
         + ", ".join(f"{r:.1f}x" for r in per_round) + "; target >= 5x).",
     ])
