@@ -45,7 +45,7 @@ Usage::
 
     .venv/bin/python benchmarks/mode_switch.py [--runs 3] [--backlog 2000000] [--rate 1000] [--live-seconds 120]
 
-Writes ``benchmarks/results/mode_switch.{json,md,png}``.
+Writes ``benchmarks/results/mode_switch.{json,md,png}`` (``--results-name`` changes the name).
 """
 
 from __future__ import annotations
@@ -251,7 +251,16 @@ def summarise(runs: list[dict]) -> dict:
     return summary
 
 
-def ratios(summaries: dict[str, dict]) -> dict:
+def per_round_ratios(runs_by_name: dict[str, list[dict]], fixed: str) -> dict:
+    """Adaptive (in place) over ``fixed`` round by round (both ran in each round, on the same
+    broker a few minutes apart): whether a difference of medians keeps its sign or is noise."""
+    pairs = list(zip(runs_by_name["adaptive-in-place"], runs_by_name[fixed]))
+    return {"against": fixed,
+            "drain": [a["drain_s"] / f["drain_s"] for a, f in pairs],
+            "p99": [a["latency_p99_s"] / f["latency_p99_s"] for a, f in pairs]}
+
+
+def ratios(summaries: dict[str, dict], runs_by_name: dict[str, list[dict]]) -> dict:
     """Adaptive (in place) against the best of the target fixed configurations, per
     scenario, on medians taken in the same run of this script."""
     adaptive = summaries["adaptive-in-place"]
@@ -267,6 +276,7 @@ def ratios(summaries: dict[str, dict]) -> dict:
                         and s["latency_p99_s"]["median"] < adaptive["latency_p99_s"]["median"]]
     best_batches = min(s["drain_from_first_trigger_s"]["median"] for s in fixed.values())
     return {"drain_vs_best_fixed": adaptive["drain_s"]["median"] / best_drain,
+            "per_round": per_round_ratios(runs_by_name, min(fixed, key=lambda n: fixed[n]["drain_s"]["median"])),
             "drain_from_first_trigger_vs_best_fixed": adaptive["drain_from_first_trigger_s"]["median"] / best_batches,
             "p99_vs_best_fixed": adaptive["latency_p99_s"]["median"] / best_p99,
             "fixed_better_on_both": better_on_both,
@@ -277,7 +287,7 @@ def report(results: dict, args) -> None:
     command = "python benchmarks/mode_switch.py " + " ".join(sys.argv[1:])
     summaries = {scenario: {name: summarise(runs) for name, runs in by_name.items()}
                  for scenario, by_name in results.items()}
-    compared = {scenario: ratios(s) for scenario, s in summaries.items()
+    compared = {scenario: ratios(s, results[scenario]) for scenario, s in summaries.items()
                 if "adaptive-in-place" in s and any(n in s for n in TARGET_FIXED)}
     summary = {"command": command, "machine": machine(), "runs": args.runs, "backlog": args.backlog,
                "rate": args.rate, "live_seconds": args.live_seconds, "burst": args.burst,
@@ -308,7 +318,10 @@ def report(results: dict, args) -> None:
                       f"- adaptive (in place) live p99 / best fixed p99: **{c['p99_vs_best_fixed']:.2f}x** (target <= 1.05x)",
                       f"- fixed configurations better on both: {', '.join(c['fixed_better_on_both']) or 'none'}",
                       "- beside the targets, reference configurations better on both: "
-                      f"{', '.join(c['reference_better_on_both']) or 'none'}"]
+                      f"{', '.join(c['reference_better_on_both']) or 'none'}",
+                      f"- per round, adaptive (in place) / {c['per_round']['against']}: drain "
+                      f"{', '.join(f'{r:.2f}x' for r in c['per_round']['drain'])}; live p99 "
+                      f"{', '.join(f'{r:.2f}x' for r in c['per_round']['p99'])}"]
         lines += ["", "Switches (median (min-max) over all switches of all runs):", "",
                   "| configuration | to | switches | decision lag s | own cost s | decision -> first trigger under new interval s |",
                   "| --- | --- | ---: | ---: | ---: | ---: |"]
@@ -322,11 +335,11 @@ def report(results: dict, args) -> None:
               "| configuration | start call s | returned -> first trigger s |", "| --- | ---: | ---: |"]
     for name, s in summaries.get("steady", {}).items():
         lines.append(f"| {name} | {with_spread(s['start_call_s'], '.3f')} | {with_spread(s['returned_to_first_trigger_s'], '.3f')} |")
-    write_results("mode_switch", summary, lines)
-    plot(results)
+    write_results(args.results_name, summary, lines)
+    plot(results, args.results_name)
 
 
-def plot(results: dict) -> None:
+def plot(results: dict, results_name: str) -> None:
     """Records per batch over time for the first run of every configuration, per scenario."""
     import matplotlib
 
@@ -351,7 +364,7 @@ def plot(results: dict) -> None:
         axes[-1, column].set_xlabel("seconds since start (bars: batches, width = duration; dashed: backlog drained)",
                                     fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "mode_switch.png", dpi=90)
+    fig.savefig(RESULTS / f"{results_name}.png", dpi=90)
 
 
 def main() -> None:
@@ -364,6 +377,8 @@ def main() -> None:
     parser.add_argument("--reenter-lag", type=int, default=100_000)
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--results-name", default="mode_switch",
+                        help="file name of the results, so a focused run does not replace the full one")
     args = parser.parse_args()
     names = [n.strip() for n in args.configs.split(",")]
     scenarios = [s.strip() for s in args.scenarios.split(",")]
