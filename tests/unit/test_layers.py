@@ -24,6 +24,9 @@ DEFERRED = {
     ("backlog_source/demo/report.py", "matplotlib"),  # backend chosen before pyplot
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras
+    # Executors only: kept out of the driver's per-query runner process (its start-up)
+    ("backlog_source/datasource.py", "reader.kafka_reader"),
+    ("backlog_source/datasource.py", "reader.snapshot_reader"),
 }
 DEFERRED_PREFIXES = ("opentelemetry",)  # tracing costs nothing until a process turns it on
 

@@ -29,3 +29,24 @@ def test_lag_metrics_absent_before_the_first_latest_offset():
 def test_every_package_imports_first_in_a_fresh_interpreter(module):
     # Executors unpickle splits and readers in fresh workers; import order must not matter.
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+def test_the_driver_runner_imports_neither_the_read_path_nor_the_mode_switch():
+    # Spark starts a fresh Python process per query start (and per restart switch) that
+    # unpickles BacklogDataSource; what it imports is start-up every query pays.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, backlog_source.datasource; print(' '.join(sorted(sys.modules)))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()
+    heavy = {"reader.kafka_reader", "reader.snapshot_reader", "pyarrow.compute", "backlog_source.mode_switch",
+             "backlog_source.metrics"}
+    assert heavy.isdisjoint(loaded), sorted(heavy.intersection(loaded))
+
+
+def test_the_package_still_exports_everything_it_lists():
+    import backlog_source
+
+    for name in backlog_source.__all__:
+        assert getattr(backlog_source, name) is not None
+    with pytest.raises(AttributeError, match="no_such_name"):
+        backlog_source.no_such_name  # noqa: B018
