@@ -11,6 +11,10 @@ from ``start()`` to the first progress event's trigger timestamp, "total" to ter
   and one row: PySpark's own cost of a Python streaming source;
 * ``rate``: Spark's JVM rate source: Spark without Python.
 
+Also this source's own share: a fresh interpreter with Spark's worker path (``pyspark.zip``
+first) imports the runner module, then ``backlog_source.datasource`` (what unpickling the
+source costs that process), timed from inside, ``--rounds`` times.
+
 Spark's default settings, one warm-up query of each, then ``--rounds`` interleaved rounds;
 median and spread (min-max).
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,6 +52,27 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
 KINDS = ("backlog", "trivial_python", "rate")
+RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
+_TIME_IMPORT = f"""
+import time
+import {RUNNER_MODULE}
+started = time.perf_counter()
+import backlog_source.datasource
+print(time.perf_counter() - started)
+"""
+
+
+def source_import_seconds() -> float:
+    """Seconds a fresh interpreter on Spark's Python worker path (``$SPARK_HOME/python/lib``
+    zips first, as Spark starts the driver's streaming source runner) spends importing this
+    source's modules after the runner's own."""
+    import pyspark
+
+    lib = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "python" / "lib"
+    path = [str(lib / "pyspark.zip"), *map(str, sorted(lib.glob("py4j-*.zip"))), str(Path(__file__).resolve().parents[1])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    out = subprocess.run([sys.executable, "-c", _TIME_IMPORT], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout.split()[-1])
 
 
 class _TrivialReader(DataSourceStreamReader):
@@ -105,9 +131,11 @@ def main() -> None:
         for kind in KINDS:
             timed(spark, kind, broker.bootstrap_servers)  # warm-up
         runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+        imports: list[float] = []
         for _ in range(args.rounds):
             for kind in KINDS:
                 runs[kind].append(timed(spark, kind, broker.bootstrap_servers))
+            imports.append(source_import_seconds())
         spark.stop()
     finally:
         broker.stop()
@@ -117,14 +145,18 @@ def main() -> None:
     command = " ".join([".venv/bin/python benchmarks/query_startup.py", *sys.argv[1:]])
 
     spark_home = os.environ.get("SPARK_HOME", "(the installed pyspark package)")
+    source_import = median_and_spread(imports)
     write_results(args.results_name, {"command": command, "machine": machine(), "spark_home": spark_home, "runs": runs,
-                                      "summary": summary}, [
+                                      "summary": summary, "source_import_s": imports,
+                                      "source_import": source_import}, [
         "# Query start-up", "", f"Command: `{command}`", "",
         f"`Trigger.AvailableNow` into `noop`, Spark's defaults, a warm-up query of each, median (min-max) of "
         f"{args.rounds} interleaved rounds, seconds. SPARK_HOME: {spark_home}.", "",
         "| source | start() -> first trigger | start() -> terminated |", "| --- | ---: | ---: |",
         *(f"| {kind} | {with_spread(summary[kind]['start_to_first_trigger_s'])} | {with_spread(summary[kind]['total_s'])} |"
           for kind in KINDS),
+        "", f"Importing this source's modules in a fresh interpreter on Spark's worker path, after the runner "
+            f"module (what unpickling the source adds to the driver's runner process): {with_spread(source_import, '.3f')} s.",
     ])
 
 

@@ -8,7 +8,12 @@ One run, one topic on the embedded broker, three readers of the same records:
 * ``bare_2``: two such processes in parallel, two partitions each (the machine's 2 cores).
 * ``source``: Spark with its default settings (``local[*]``, default driver memory: as a
   user runs it), ``Trigger.AvailableNow``, ``noop`` sink, wall time from ``start()`` to
-  termination (query start-up included; SparkSession start-up excluded).
+  termination (query start-up included; SparkSession start-up excluded). Also reported:
+  the same from the query's first trigger, and Spark's ``addBatch`` time alone, so what the
+  source's read path costs can be told from what every Python streaming query pays first;
+* ``trivial_python_startup``: ``start()`` -> first trigger of a Python source that reads
+  nothing (``query_startup.TrivialSource``), in the same round: PySpark's share of the
+  source's start-up, which no data source can avoid.
 
 One warm-up query first (JVM, Python workers), then ``--repeats`` interleaved rounds of the
 four readers; the report gives the median of the rounds with the spread (min-max), and
@@ -24,6 +29,7 @@ Writes ``benchmarks/results/read_throughput.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import sys
 import time
@@ -38,9 +44,13 @@ from common import (  # noqa: E402
     median_and_spread,
     run_available_now,
     spark_session,
+    timestamp_s,
     with_spread,
     write_results,
 )
+import query_startup  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
+from query_startup import TrivialSource  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
@@ -96,11 +106,22 @@ def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, t
 def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str) -> dict:
     """Drain ``topic`` from earliest with ``Trigger.AvailableNow`` into ``noop``; ``options``
     are extra source options. Raises RuntimeError unless exactly ``expected`` records arrive."""
-    _, wall, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
-    records = sum(p.numInputRows for p in query.recentProgress)
+    started, wall, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    records = sum(p["numInputRows"] for p in progress)
     if records != expected:
         raise RuntimeError(f"the source read {records} records, expected {expected}")
-    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(query.recentProgress)}
+    from_first_trigger = wall - (min(timestamp_s(p["timestamp"]) for p in progress) - started)
+    add_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(progress),
+            "from_first_trigger_s": from_first_trigger, "records_per_s_from_first_trigger": records / from_first_trigger,
+            "add_batch_s": add_batch, "records_per_s_in_add_batch": records / add_batch}
+
+
+def trivial_startup(spark) -> float:
+    """Seconds from ``start()`` to the first trigger of a Python source that reads nothing."""
+    started, _, query = run_available_now(spark.readStream.format("trivial_python").load())
+    return min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress) - started
 
 
 def main() -> None:
@@ -123,9 +144,15 @@ def main() -> None:
         ends = {p: per + 1 for p in range(args.partitions)}  # + the seal record
 
         spark = spark_session()
+        # Spark's Python workers cannot import benchmarks/: ship the trivial source's module by value.
+        cloudpickle.register_pickle_by_value(query_startup)
+        spark.dataSource.register(TrivialSource)
         run_source(spark, broker.bootstrap_servers, topic, total)  # warm-up: JVM and Python workers
+        trivial_startup(spark)
         results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
+        startups: list[float] = []
         for _ in range(args.repeats):
+            startups.append(trivial_startup(spark))
             results["bare_1_librdkafka_defaults"].append(run_bare(broker.bootstrap_servers, topic, ends, 1, tuned=False))
             results["bare_1"].append(run_bare(broker.bootstrap_servers, topic, ends, 1))
             results["bare_2"].append(run_bare(broker.bootstrap_servers, topic, ends, 2))
@@ -138,6 +165,10 @@ def main() -> None:
 
     rates = {name: median_and_spread([r["records_per_s"] for r in runs]) for name, runs in results.items()}
     source = rates["source"]["median"]
+    source_parts = {key: median_and_spread([r[key] for r in results["source"]])
+                    for key in ("records_per_s_from_first_trigger", "records_per_s_in_add_batch",
+                                "seconds", "from_first_trigger_s", "add_batch_s")}
+    trivial = median_and_spread(startups)
     summary = {
         "command": "python benchmarks/read_throughput.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
@@ -146,7 +177,11 @@ def main() -> None:
         "value_size": args.value_size,
         "repeats": args.repeats,
         "runs": results,
+        "trivial_python_startup_s": startups,
         "records_per_s": rates,
+        "source_parts": source_parts,
+        "ratio_source_from_first_trigger_vs_bare_2":
+            source_parts["records_per_s_from_first_trigger"]["median"] / rates["bare_2"]["median"],
         "ratio_source_vs_bare_1": source / rates["bare_1"]["median"],
         "ratio_source_vs_bare_2": source / rates["bare_2"]["median"],
         "ratio_source_vs_bare_1_librdkafka_defaults": source / rates["bare_1_librdkafka_defaults"]["median"],
@@ -166,6 +201,18 @@ def main() -> None:
         "`bare_1` and `bare_2` use the same librdkafka configuration as the source's reader;",
         "`bare_1_librdkafka_defaults` shows what that setting alone is worth. The source's time includes",
         "query start-up and per-batch planning; the bare consumers' includes process start.",
+        "",
+        "Where the source's time goes (median (min-max) of the same rounds):", "",
+        "| part | seconds | records/s |", "| --- | ---: | ---: |",
+        f"| start() -> terminated | {with_spread(source_parts['seconds'], '.2f')} | {with_spread(rates['source'], ',.0f')} |",
+        f"| first trigger -> terminated | {with_spread(source_parts['from_first_trigger_s'], '.2f')} | "
+        f"{with_spread(source_parts['records_per_s_from_first_trigger'], ',.0f')} |",
+        f"| Spark's addBatch (the read) | {with_spread(source_parts['add_batch_s'], '.2f')} | "
+        f"{with_spread(source_parts['records_per_s_in_add_batch'], ',.0f')} |",
+        f"| a Python source that reads nothing: start() -> first trigger | {with_spread(trivial, '.2f')} | |", "",
+        f"- source from its first trigger / two bare consumers: "
+        f"**{summary['ratio_source_from_first_trigger_vs_bare_2']:.2f}x**: the query's start-up left out, which "
+        "a Python source that reads nothing pays too (last row)",
     ])
 
 
