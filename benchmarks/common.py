@@ -48,6 +48,12 @@ def timestamp_s(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def first_trigger_at(progress) -> float:
+    """Wall-clock seconds of the earliest trigger among ``progress``: progress dicts, or
+    ``StreamingQueryProgress`` objects (``query.recentProgress``)."""
+    return min(timestamp_s(p["timestamp"] if isinstance(p, dict) else json.loads(p.json)["timestamp"]) for p in progress)
+
+
 class ProgressLog:
     """Every progress event of the watched queries, as dicts (``recentProgress`` keeps only
     the last 100). Register once per session with ``spark.streams.addListener``."""

@@ -64,6 +64,7 @@ from common import (  # noqa: E402
     RESULTS,
     ProgressLog,
     batch_ends,
+    first_trigger_at,
     log_end_offsets,
     machine,
     median_and_spread,
@@ -170,7 +171,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
     progress = [p for p in log.of(query_id) if p["numInputRows"]]
     drained_at = commit_time_reaching(progress, topic, backlog_ends)
     latencies = record_latencies(topic, progress, delivered)
-    first_trigger = min(timestamp_s(p["timestamp"]) for p in progress)
+    first_trigger = first_trigger_at(progress)
     result = {
         "drain_s": drained_at - called,
         "drain_from_first_trigger_s": drained_at - first_trigger,

@@ -28,7 +28,6 @@ Writes ``benchmarks/results/query_startup.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from common import (  # noqa: E402
     median_and_spread,
     run_available_now,
     spark_session,
-    timestamp_s,
+    first_trigger_at,
     with_spread,
     write_results,
 )
@@ -111,8 +110,7 @@ def timed(spark, kind: str, bootstrap: str) -> dict:
     else:
         df = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
     started, total, query = run_available_now(df)
-    first = min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress)
-    return {"start_to_first_trigger_s": first - started, "total_s": total}
+    return {"start_to_first_trigger_s": first_trigger_at(query.recentProgress) - started, "total_s": total}
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ from common import (  # noqa: E402
     median_and_spread,
     run_available_now,
     spark_session,
-    timestamp_s,
+    first_trigger_at,
     with_spread,
     write_results,
 )
@@ -111,17 +111,16 @@ def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str)
     records = sum(p["numInputRows"] for p in progress)
     if records != expected:
         raise RuntimeError(f"the source read {records} records, expected {expected}")
-    from_first_trigger = wall - (min(timestamp_s(p["timestamp"]) for p in progress) - started)
+    from_first_trigger = wall - (first_trigger_at(progress) - started)
     add_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
     return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(progress),
             "from_first_trigger_s": from_first_trigger, "records_per_s_from_first_trigger": records / from_first_trigger,
             "add_batch_s": add_batch, "records_per_s_in_add_batch": records / add_batch}
 
 
-def trivial_startup(spark) -> float:
+def trivial_startup(spark, bootstrap: str) -> float:
     """Seconds from ``start()`` to the first trigger of a Python source that reads nothing."""
-    started, _, query = run_available_now(spark.readStream.format("trivial_python").load())
-    return min(timestamp_s(json.loads(p.json)["timestamp"]) for p in query.recentProgress) - started
+    return query_startup.timed(spark, "trivial_python", bootstrap)["start_to_first_trigger_s"]
 
 
 def main() -> None:
@@ -148,11 +147,11 @@ def main() -> None:
         cloudpickle.register_pickle_by_value(query_startup)
         spark.dataSource.register(TrivialSource)
         run_source(spark, broker.bootstrap_servers, topic, total)  # warm-up: JVM and Python workers
-        trivial_startup(spark)
+        trivial_startup(spark, broker.bootstrap_servers)
         results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
         startups: list[float] = []
         for _ in range(args.repeats):
-            startups.append(trivial_startup(spark))
+            startups.append(trivial_startup(spark, broker.bootstrap_servers))
             results["bare_1_librdkafka_defaults"].append(run_bare(broker.bootstrap_servers, topic, ends, 1, tuned=False))
             results["bare_1"].append(run_bare(broker.bootstrap_servers, topic, ends, 1))
             results["bare_2"].append(run_bare(broker.bootstrap_servers, topic, ends, 2))
