@@ -45,16 +45,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, fmt, machine, median_and_spread, with_spread, write_results  # noqa: E402
-
-RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
-
-
-def installed_spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
+from common import (  # noqa: E402
+    RESULTS,
+    RUNNER_MODULE,
+    fmt,
+    installed_spark_home,
+    machine,
+    median_and_spread,
+    spark_worker_path,
+    with_spread,
+    write_results,
+)
 
 def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
     """A directory that links every entry of ``spark_home`` except ``python/lib``, whose
@@ -113,10 +114,9 @@ def main() -> None:
     home = installed_spark_home()
     with tempfile.TemporaryDirectory(prefix="pyspark-bytecode-") as scratch:
         mirror = mirror_with_bytecode(home, Path(scratch))
-        py4j = ":".join(str(p) for p in sorted((home / "python" / "lib").glob("py4j-*.zip")))
         imports = {
-            "pyspark.zip as shipped": import_seconds(f"{home}/python/lib/pyspark.zip:{py4j}", args.imports),
-            "pyspark.zip with bytecode": import_seconds(f"{mirror}/python/lib/pyspark.zip:{py4j}", args.imports),
+            "pyspark.zip as shipped": import_seconds(os.pathsep.join(spark_worker_path(home)), args.imports),
+            "pyspark.zip with bytecode": import_seconds(os.pathsep.join(spark_worker_path(mirror)), args.imports),
             "site-packages": import_seconds(None, args.imports),
         }
         startup = {

@@ -37,12 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
+    RUNNER_MODULE,
     backlog_stream,
+    first_trigger_at,
+    installed_spark_home,
     machine,
     median_and_spread,
     run_available_now,
     spark_session,
-    first_trigger_at,
+    spark_worker_path,
     with_spread,
     write_results,
 )
@@ -51,7 +54,6 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
 KINDS = ("backlog", "trivial_python", "rate")
-RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 _TIME_IMPORT = f"""
 import time
 import {RUNNER_MODULE}
@@ -65,10 +67,8 @@ def source_import_seconds() -> float:
     """Seconds a fresh interpreter on Spark's Python worker path (``$SPARK_HOME/python/lib``
     zips first, as Spark starts the driver's streaming source runner) spends importing this
     source's modules after the runner's own."""
-    import pyspark
-
-    lib = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "python" / "lib"
-    path = [str(lib / "pyspark.zip"), *map(str, sorted(lib.glob("py4j-*.zip"))), str(Path(__file__).resolve().parents[1])]
+    spark_home = Path(os.environ["SPARK_HOME"]) if os.environ.get("SPARK_HOME") else installed_spark_home()
+    path = [*spark_worker_path(spark_home), str(Path(__file__).resolve().parents[1])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     out = subprocess.run([sys.executable, "-c", _TIME_IMPORT], env=env, check=True, capture_output=True, text=True)
     return float(out.stdout.split()[-1])
