@@ -249,7 +249,9 @@ class Enumerator:
             log.info("discovered %s; it is read from its earliest offset %d", bucket, starts[bucket])
         read_from = {**positions, **starts}
         with step_timings.step("driver.refresh.latest_offsets"):
-            latest = self._client.latest_offsets(read_from.keys()) if read_from else {}
+            # Audited against the positions already read: a log end below one is asked again
+            # before it counts as data loss.
+            latest = self._client.latest_offsets(read_from.keys(), known=positions) if read_from else {}
         if target is not None:
             self._verify_available_now(target, latest, gone)
         starts.update(self._moved_backwards(read_from, latest))

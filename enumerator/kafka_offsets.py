@@ -73,9 +73,13 @@ class OffsetsClient(Protocol):
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         """The first available offset of each bucket."""
 
-    def latest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
         """The log end offset of each bucket: the high watermark, or the last stable offset
-        under ``isolation.level=read_committed``."""
+        under ``isolation.level=read_committed``. With ``known`` (offsets this query already
+        reached), an answer below one of them is asked again ``fetchOffset.numRetries``
+        times before it is returned: a log end moving backwards means lost records, so it
+        must be what the broker says, not a stale answer (Spark's ``fetchLatestOffsets``
+        audits the same way, for KAFKA-7703)."""
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
         """The first offset whose timestamp is >= the given one, or None when there is none."""
@@ -240,17 +244,33 @@ class KafkaOffsetsClient:
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
 
-    def latest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
-        return self._list_offsets("fetching latest offsets", {b: OffsetSpec.latest() for b in buckets})
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+        specs = {b: OffsetSpec.latest() for b in buckets}
+        latest = self._list_offsets("fetching latest offsets", specs)
+        for attempt in range(1, self._policy.num_retries + 1):
+            behind = {b: (known[b], o) for b, o in latest.items() if known and b in known and o < known[b]}
+            if not behind:
+                break
+            log.warning("log end below an offset already read (bucket: (read, log end) %s); asking again "
+                        "(attempt %d of fetchOffset.numRetries=%d)", behind, attempt, self._policy.num_retries)
+            self._sleep(self._policy.retry_interval_ms / 1000)
+            latest = self._list_offsets("fetching latest offsets", specs)
+        return latest
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
         found = self._list_offsets(
-            "fetching offsets for timestamps", {b: OffsetSpec.for_timestamp(ts) for b, ts in timestamps.items()}
+            "fetching offsets for timestamps", {b: OffsetSpec.for_timestamp(ts) for b, ts in timestamps.items()},
+            lowest=-1,
         )
         # Kafka answers -1 when no record has a timestamp >= the one asked for.
         return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
 
-    def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec]) -> dict[Bucket, int]:
+    def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
+        """One ListOffsets request for ``specs``. An answer below ``lowest`` is a failed
+        attempt, retried like any other: when a request times out, librdkafka resolves some
+        partitions' futures with ``OFFSET_INVALID`` (-1001) instead of an error (seen with
+        the broker stopped), and taking that for a log end reads as offsets moving
+        backwards, i.e. false data loss, or a rewind to the earliest offset."""
         if not specs:
             return {}
         isolation = (
@@ -266,10 +286,14 @@ class KafkaOffsetsClient:
                 isolation_level=isolation,
                 request_timeout=timeout_s,
             )
-            return {
+            found = {
                 Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
                 for tp, future in futures.items()
             }
+            invalid = sorted(str(b) for b, offset in found.items() if offset < lowest)
+            if invalid:
+                raise _NoOffset(f"no valid offset for {', '.join(invalid)} (the request timed out)")
+            return found
 
         return self._call(what, request)
 
@@ -302,6 +326,10 @@ class KafkaOffsetsClient:
                 f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
                 "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
             ) from None
+
+
+class _NoOffset(Exception):
+    """A ListOffsets answer without a valid offset for some partition: retried by ``_call``."""
 
 
 def _error_code(exc: KafkaException) -> int | None:

@@ -26,6 +26,7 @@ class FakeOffsetsClient:
     timestamps: dict[Bucket, list[tuple[int, int]]] = field(default_factory=dict)
     stable: dict[Bucket, int] = field(default_factory=dict)  # last stable offsets, if set
     calls: list[str] = field(default_factory=list)
+    audited_against: list[dict[Bucket, int] | None] = field(default_factory=list)  # latest_offsets(known=...)
     created: list[str] = field(default_factory=list)
     topic_ids: dict[str, str] = field(default_factory=dict)
     closed: int = 0
@@ -41,8 +42,9 @@ class FakeOffsetsClient:
         self.calls.append("earliest_offsets")
         return {b: self._pair(b)[0] for b in buckets}
 
-    def latest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
         self.calls.append("latest_offsets")
+        self.audited_against.append(None if known is None else dict(known))
         return {b: self.stable.get(b, self._pair(b)[1]) for b in buckets}
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:

@@ -145,6 +145,9 @@ def test_offsets_moving_backwards_fail_or_restart_at_earliest():
     client.topics["a"] = [(0, 3), (0, 50)]  # re-created topic
     with pytest.raises(DataLossError, match=r"offsets moved backwards for a-0 \(next offset 100, log end now 3\)"):
         enumerator.latest_offset(start, ReadBudget())
+    # The log ends were audited against the positions read (a lower answer is asked again
+    # by the client before it counts as loss).
+    assert client.audited_against[-1] == start.positions
     enumerator, client = make({"failOnDataLoss": "false"})
     start = enumerator.initial_offset()
     client.topics["a"] = [(0, 3), (10, 50)]

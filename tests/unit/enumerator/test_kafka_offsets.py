@@ -162,6 +162,36 @@ def test_an_invalid_client_configuration_is_a_config_error():
     assert SECRET not in str(raised.value)
 
 
+def test_an_answer_without_a_valid_offset_is_a_failed_attempt_and_retried():
+    """librdkafka resolves a timed-out partition's future with OFFSET_INVALID (-1001), no
+    error; taken as a log end it looked like data loss (seen in CI with the broker stopped)."""
+    offsets_client, admin, clock = client([offsets({A0: 5, A1: -1001}), offsets({A0: 5, A1: 7})])
+    assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
+    assert len(admin.requests) == 2 and clock.slept == [0.01]
+
+
+@pytest.mark.parametrize("method", ["earliest_offsets", "latest_offsets"])
+def test_no_valid_offset_within_the_retries_is_kafka_unavailable_never_an_offset(method):
+    offsets_client, admin, _ = client([offsets({A0: -1001})] * 4)
+    with pytest.raises(KafkaUnavailableError, match=r"fetchOffset.numRetries=3\): no valid offset for a-0 "):
+        getattr(offsets_client, method)([A0])
+    assert len(admin.requests) == 4
+
+
+def test_a_log_end_below_an_offset_already_read_is_asked_again_before_it_is_believed():
+    offsets_client, admin, clock = client([offsets({A0: 3, A1: 9}), offsets({A0: 12, A1: 9})])
+    assert offsets_client.latest_offsets([A0, A1], known={A0: 10, A1: 9}) == {A0: 12, A1: 9}
+    assert len(admin.requests) == 2 and clock.slept == [0.01]
+
+
+def test_a_log_end_still_below_after_the_retries_is_returned_for_the_caller_to_judge():
+    """A re-created topic really is shorter: after fetchOffset.numRetries more answers the
+    enumerator gets it and applies failOnDataLoss."""
+    offsets_client, admin, _ = client([offsets({A0: 3})] * 4)
+    assert offsets_client.latest_offsets([A0], known={A0: 10}) == {A0: 3}
+    assert len(admin.requests) == 4
+
+
 def test_timestamps_without_a_record_at_or_after_them_are_none():
     offsets_client, _, _ = client([offsets({A0: 12, A1: -1})])
     assert offsets_client.offsets_for_timestamps({A0: 1, A1: 2}) == {A0: 12, A1: None}
