@@ -25,7 +25,7 @@ from typing import Any
 
 from backlog_core import span_names, telemetry
 from backlog_core.durations import duration_ms
-from backlog_core.errors import BacklogSourceError
+from backlog_core.errors import BacklogSourceError, ModeSwitchError
 from backlog_core.trace_context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 from backlog_source.mode_switch.listener import (
     BacklogModeListener,
@@ -95,14 +95,18 @@ class BacklogAwareQuery:
         initial_mode: Mode = Mode.HIGH_THROUGHPUT,
         force_restart: bool = False,
         settle_timeout_s: float = 5.0,
+        restart_refused: str | None = None,
         clock: Callable[[], float] = time.time,
         choose: Callable[..., tuple[TriggerSwitcher, str]] = choose_switcher,
     ) -> None:
+        """``restart_refused``: why this query's sink cannot be restarted, if it cannot (then
+        a restart-method switch is never attempted; see :meth:`_attach_switcher`)."""
         self._writer = writer
         self._intervals = {Mode.HIGH_THROUGHPUT: high_throughput_interval, Mode.LOW_LATENCY: low_latency_interval}
         self._mode = initial_mode
         self._force_restart = force_restart
         self._settle_timeout_s = settle_timeout_s
+        self._restart_refused = restart_refused
         self._clock = clock
         self._choose = choose
         self._lock = threading.Lock()
@@ -114,6 +118,7 @@ class BacklogAwareQuery:
         self._query_id: str | None = None
         self._run_id: str | None = None
         self._switcher: TriggerSwitcher | None = None
+        self._attached = False  # _attach_switcher has run
         self._stopping = False
         self._pending_effect: tuple[int, _SwitchSpan] | None = None  # (applied at ms, its span)
         self._restarted_in: Mode | None = None  # the mode a restart-method switch started in
@@ -141,7 +146,8 @@ class BacklogAwareQuery:
 
     @property
     def switch_method(self) -> str:
-        """``"in-place"`` or ``"restart"``: how this handle switches."""
+        """``"in-place"`` or ``"restart"``: how this handle switches (decided at start; it
+        becomes ``"restart"`` only if the running query then fails the in-place checks)."""
         assert self._switcher is not None, "start() first"
         return self._switcher.method
 
@@ -174,13 +180,14 @@ class BacklogAwareQuery:
     def start(self, *, thread: bool = True) -> "BacklogAwareQuery":
         """Register the listener, start the query in the initial mode, choose the switch
         method (logged once, with the reason) and start the controller thread (unit tests
-        pass ``thread=False`` and call :meth:`_process_queued` themselves)."""
+        pass ``thread=False`` and call :meth:`_process_queued` themselves). Returns as soon
+        as the query started: nothing here waits for the query's plan or first batch."""
         spark = session_of(self._writer)
         spark.streams.addListener(self._listener)
         try:
             interval = self._interval_ms(self._mode)
             query = self._start_query(interval)
-            self._switcher, reason = self._choose(query, interval, self._restart_switcher, force_restart=self._force_restart)
+            self._switcher, reason = self._choose(query, self._restart_switcher, force_restart=self._force_restart)
         except BaseException:
             spark.streams.removeListener(self._listener)
             self._stop_quietly()
@@ -219,13 +226,47 @@ class BacklogAwareQuery:
         return duration_ms(f"{mode.value} interval", self._intervals[mode], bare_number_unit=None)
 
     def _run(self) -> None:
+        if not self._attach_switcher():
+            return
         while self._handle(self._inbox.get()):
             pass
 
     def _process_queued(self) -> None:
         """Handle every queued message on the calling thread (unit tests; no thread started)."""
+        if not self._attach_switcher():
+            return
         while not self._inbox.empty() and self._handle(self._inbox.get_nowait()):
             pass
+
+    def _attach_switcher(self) -> bool:
+        """Attach an in-place switcher to the running query's trigger executor, once, before
+        any message is handled (messages wait in the inbox meanwhile). ``start()`` does not
+        wait for this: the executor appears only when the query's plan is ready, about a
+        second later, and the first switch comes after the first batch.
+
+        Where the running executor fails the checks, switches are by restart from then on
+        (logged), unless this sink cannot restart: then the handle ends with the error (the
+        query keeps running in its first mode). False when the handle ended."""
+        if self._attached:
+            return True
+        self._attached = True
+        attach = getattr(self._switcher, "attach", None)
+        if attach is None:
+            return True
+        try:
+            attach(self._interval_ms(self._mode), cancelled=lambda: self._stopping)
+            return True
+        except ModeSwitchError as exc:
+            if self._restart_refused is not None:
+                self._failure = ModeSwitchError(
+                    f"the query cannot switch modes: in place is impossible on the running query ({exc}), and "
+                    f"{self._restart_refused}")
+                log.error("%s", self._failure)
+                self._finish()
+                return False
+            log.warning("mode switches are by restart after all: in place is impossible on the running query: %s", exc)
+            self._switcher = self._restart_switcher()
+            return True
 
     def _handle(self, message: BatchCommitted | TriggerIdle | QueryTerminated | _Stop) -> bool:
         """Act on one message; False once the controller is done."""

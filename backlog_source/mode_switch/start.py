@@ -44,21 +44,22 @@ def start_backlog_aware(
     telemetry.validate_environment()
     info = describe_writer(writer)
     _check_writer(info)
+    if info.connect and switch_method == IN_PLACE:
+        raise ConfigError("switch_method='in-place' is impossible under Spark Connect (the client has no JVM "
+                          "objects to change); use 'auto' or 'restart'")
     restart_only = info.connect or switch_method == RESTART
-    if restart_only:
-        _check_restartable(info)
+    restart_refused = _restart_problem(info)
+    if restart_only and restart_refused:
+        raise ConfigError(restart_refused)
+    if switch_method == IN_PLACE:
+        restart_refused = "switch_method='in-place' was asked for (use 'auto' to fall back to restarts)"
     handle = BacklogAwareQuery(writer, high_throughput_interval, low_latency_interval,
-                               initial_mode=Mode.HIGH_THROUGHPUT, force_restart=switch_method == RESTART).start()
-    if handle.switch_method == RESTART and not restart_only:
-        # In place turned out impossible; the fallback restarts, which this sink cannot.
-        try:
-            _check_restartable(info)
-            if switch_method == IN_PLACE:
-                raise ConfigError("switch_method='in-place' was asked for, but this Spark runtime does not allow it "
-                                  "(the log says why); use 'auto' to fall back to restarts")
-        except ConfigError:
-            handle.stop()
-            raise
+                               initial_mode=Mode.HIGH_THROUGHPUT, force_restart=switch_method == RESTART,
+                               restart_refused=restart_refused).start()
+    if handle.switch_method == RESTART and not restart_only and restart_refused:
+        # In place is impossible on this Spark runtime, and the fallback restart is not allowed.
+        handle.stop()
+        raise ConfigError(f"in place is impossible on this Spark runtime (the log says why), and {restart_refused}")
     return handle
 
 
@@ -78,12 +79,14 @@ def _check_writer(info: WriterInfo) -> None:
         raise ConfigError("a format('backlog') source has backlog.enabled=false; remove it to switch modes")
 
 
-def _check_restartable(info: WriterInfo) -> None:
-    """A restart-method switch stops the query and starts it again on its checkpoint; the
-    memory sink recovers from a checkpoint only in complete mode (Spark refuses otherwise)."""
+def _restart_problem(info: WriterInfo) -> str | None:
+    """Why a restart-method switch cannot work for this writer, or None. It stops the query
+    and starts it again on its checkpoint; the memory sink recovers from a checkpoint only in
+    complete mode (Spark refuses otherwise)."""
     if (info.sink_format or "").lower() == "memory" and (info.output_mode or "append").lower() != "complete":
-        raise ConfigError(
+        return (
             "the memory sink cannot restart from its checkpoint in append or update mode, and switches "
             f"{'under Spark Connect ' if info.connect else ''}restart the query: write to a file sink (parquet, "
             "delta...), use foreachBatch, or outputMode('complete')"
         )
+    return None

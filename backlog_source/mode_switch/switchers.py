@@ -16,7 +16,9 @@ Which process: the user's driver program (the controller thread).
   impossible: Spark Connect (no JVM objects in the client), a Spark whose classes or fields
   differ, a trigger that is not a processing-time one, or reflection refused.
 
-:func:`choose_switcher` decides once, when the handle starts, and says why.
+:func:`choose_switcher` decides when the handle starts, and says why; where the running
+query's executor then fails the in-place checks (not seen on Spark 4.x), the controller
+switches by restart from then on and logs why.
 """
 
 from __future__ import annotations
@@ -49,45 +51,80 @@ class TriggerSwitcher(Protocol):
 
 
 class InPlaceSwitcher:
-    """Writes the running ``ProcessingTimeExecutor``'s ``intervalMs`` (see the module docstring)."""
+    """Writes the running ``ProcessingTimeExecutor``'s ``intervalMs`` (see the module docstring).
+
+    Made in two steps so that starting a query never waits for it: :meth:`prepare`, at
+    start, checks in a few milliseconds what does not depend on the running query (the
+    class next to the query's ``StreamExecution``, its field, reflection allowed);
+    :meth:`attach`, on the controller thread, waits for the query's executor (the stream
+    thread creates it when the query's plan is ready, about a second after ``start()``)
+    and checks it. :meth:`switch` works once attached.
+    """
 
     method = IN_PLACE
 
-    def __init__(self, query: Any, executor: Any, field: Any) -> None:
+    def __init__(self, query: Any, field: Any, executor_class: str) -> None:
         self.query = query
-        self._executor = executor
         self._field = field
+        self._executor_class = executor_class
+        self._executor: Any = None
 
     @classmethod
-    def attach(cls, query: Any, interval_ms: int, *, clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> "InPlaceSwitcher":
-        """The switcher of ``query``'s trigger executor, checked: its class, its field, the
-        field holding ``interval_ms`` now, and a write read back. Raises
-        :class:`ModeSwitchError` saying which check failed."""
-        streaming_query = _java_query(query)
+    def prepare(cls, query: Any) -> "InPlaceSwitcher":
+        """The switcher of ``query``, not attached yet. Raises :class:`ModeSwitchError`
+        saying which check failed: no ``ProcessingTimeExecutor`` class in the package of the
+        query's ``StreamExecution`` (where Spark 4.x keeps it), no ``long intervalMs`` field,
+        or reflection refused."""
+        execution_class = _java_query(query).getClass()
+        try:
+            package = str(execution_class.getPackage().getName())
+            executor_class = execution_class.getClassLoader().loadClass(f"{package}.{EXECUTOR_CLASS}")
+        except Exception as exc:  # py4j wraps ClassNotFoundException
+            raise ModeSwitchError(f"no {EXECUTOR_CLASS} class beside {execution_class.getName()}: "
+                                  f"{_first_line(exc)}") from None
+        try:
+            field = executor_class.getDeclaredField(INTERVAL_FIELD)
+            field.setAccessible(True)
+            kind = str(field.getType().getName())
+        except Exception as exc:  # py4j wraps NoSuchFieldException, InaccessibleObjectException...
+            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is not reachable: {_first_line(exc)}") from None
+        if kind != "long":
+            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is a {kind}, not a long")
+        return cls(query, field, str(executor_class.getName()))
+
+    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
+        """Wait for the query's trigger executor and check it: the prepared class, its field
+        holding ``interval_ms`` (the trigger the query started with), and a write read back.
+        Returns False, attaching nothing, when the query ended or ``cancelled()`` (the handle
+        is stopping) before the executor appeared. Raises :class:`ModeSwitchError` saying
+        which check failed, or that the executor did not appear within 30 s."""
+        streaming_query = _java_query(self.query)
         deadline = clock() + EXECUTOR_WAIT_S
         executor = streaming_query.triggerExecutor()
-        while executor is None:  # the stream thread creates it as it starts
+        while executor is None:
+            if cancelled() or not streaming_query.isActive():
+                return False
             if clock() >= deadline:
                 raise ModeSwitchError(f"the query's trigger executor did not appear within {EXECUTOR_WAIT_S:.0f} s")
             sleep(0.01)
             executor = streaming_query.triggerExecutor()
         name = str(executor.getClass().getName())
-        if not name.endswith("." + EXECUTOR_CLASS):
+        if name != self._executor_class:
             raise ModeSwitchError(f"the trigger executor is a {name}, not a {EXECUTOR_CLASS}")
         try:
-            field = executor.getClass().getDeclaredField(INTERVAL_FIELD)
-            field.setAccessible(True)
-            current = int(field.getLong(executor))
-        except Exception as exc:  # py4j wraps NoSuchFieldException, InaccessibleObjectException...
-            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is not reachable: {_first_line(exc)}") from None
+            current = int(self._field.getLong(executor))
+        except Exception as exc:
+            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} cannot be read: {_first_line(exc)}") from None
         if current != interval_ms:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} holds {current} ms, not the trigger's {interval_ms} ms")
-        switcher = cls(query, executor, field)
-        switcher.switch(interval_ms)  # a write that must read back, before any switch depends on it
-        return switcher
+        self._executor = executor
+        self.switch(interval_ms)  # a write that must read back, before any switch depends on it
+        return True
 
     def switch(self, interval_ms: int) -> Any:
+        if self._executor is None:
+            raise ModeSwitchError("the in-place switcher is not attached to the query's trigger executor")
         try:
             self._field.setLong(self._executor, interval_ms)
             now = int(self._field.getLong(self._executor))
@@ -149,17 +186,18 @@ class RestartSwitcher:
             self._sleep(0.01)
 
 
-def choose_switcher(query: Any, interval_ms: int, restart: Callable[[], "RestartSwitcher"], *,
+def choose_switcher(query: Any, restart: Callable[[], "RestartSwitcher"], *,
                     force_restart: bool = False) -> tuple[TriggerSwitcher, str]:
-    """The switcher for ``query`` (started with ``interval_ms``) and why it was chosen;
-    ``restart`` builds the fallback."""
+    """The switcher for the just-started ``query`` and why it was chosen; ``restart``
+    builds the fallback. Takes milliseconds: an in-place switcher is only prepared here
+    (the controller attaches it; see :class:`InPlaceSwitcher`)."""
     if force_restart:
         return restart(), "the restart method was asked for"
     if getattr(query, "_jsq", None) is None:
         return restart(), "a Spark Connect query has no JVM objects in this process to change in place"
     try:
-        return InPlaceSwitcher.attach(query, interval_ms), (
-            f"the running {EXECUTOR_CLASS}'s {INTERVAL_FIELD} can be changed and reads back")
+        return InPlaceSwitcher.prepare(query), (
+            f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is reachable (the running executor is checked when the query's plan is ready)")
     except ModeSwitchError as exc:
         return restart(), f"in place is impossible: {exc}"
 

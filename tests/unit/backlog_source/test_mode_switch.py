@@ -86,21 +86,21 @@ class Harness:
     """A handle on a fake writer with a fake in-place switcher (or the real restart one),
     started without its thread: ``emit`` delivers a progress event and processes it."""
 
-    def __init__(self, method="in-place"):
+    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, restart_refused=None):
         self.clock = FakeClock(T0)
         self.writer = FakeWriter()
         self.switchers = []
 
-        def choose(query, interval_ms, restart, force_restart=False):
+        def choose(query, restart, force_restart=False):
             if method == "in-place":
-                switcher = FakeInPlaceSwitcher(query)
+                switcher = in_place(query)
             else:
                 switcher = restart()
             self.switchers.append(switcher)
             return switcher, "test"
 
         self.handle = BacklogAwareQuery(self.writer, "0 seconds", "1 second", clock=self.clock, choose=choose,
-                                        settle_timeout_s=0).start(thread=False)
+                                        settle_timeout_s=0, restart_refused=restart_refused).start(thread=False)
 
     @property
     def query(self):
@@ -233,7 +233,7 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
             return super().switch(interval_ms)
 
     handle = BacklogAwareQuery(writer, "0 seconds", "1 second",
-                               choose=lambda query, ms, restart, force_restart=False: (SlowSwitcher(query), "test")).start()
+                               choose=lambda query, restart, force_restart=False: (SlowSwitcher(query), "test")).start()
     try:
         query = handle.query
         listener = writer._spark.listeners[0]
@@ -251,13 +251,19 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
 # ----------------------------------------------------------------------------- switchers
 
 
+EXECUTOR = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+
+
 class JavaField:
-    def __init__(self, value, refuse=False, drift=0):
-        self.value, self.refuse, self.drift = value, refuse, drift
+    def __init__(self, value, refuse=False, drift=0, kind="long"):
+        self.value, self.refuse, self.drift, self.kind = value, refuse, drift, kind
 
     def setAccessible(self, flag):
         if self.refuse:
             raise RuntimeError("java.lang.reflect.InaccessibleObjectException: module does not open")
+
+    def getType(self):
+        return SimpleNamespace(getName=lambda: self.kind)
 
     def getLong(self, obj):
         return self.value
@@ -266,63 +272,151 @@ class JavaField:
         self.value = value + self.drift
 
 
-class JavaExecutor:
-    def __init__(self, class_name, field=None):
-        self.class_name, self.field = class_name, field
+class JavaClass:
+    def __init__(self, name, field=None):
+        self.name, self.field = name, field
+
+    def getName(self):
+        return self.name
+
+    def getDeclaredField(self, name):
+        if self.field is None or name != "intervalMs":
+            raise RuntimeError(f"java.lang.NoSuchFieldException: {name}")
+        return self.field
+
+
+class JavaStreamExecution:
+    """``query._jsq.streamingQuery()``: its class (whose loader knows ``loadable`` classes)
+    and ``triggerExecutor()``, which answers from ``executors`` (None: not created yet)."""
+
+    def __init__(self, field, *, loadable=(EXECUTOR,), running=EXECUTOR, executors=None, active=True):
+        self.field, self.loadable, self.active = field, loadable, active
+        executor = SimpleNamespace(getClass=lambda: JavaClass(running, field))
+        self.executors = list(executors) if executors is not None else [executor]
+        self.executor = executor
+        self.asked = 0
 
     def getClass(self):
-        executor = self
+        def load(name):
+            if name not in self.loadable:
+                raise RuntimeError(f"java.lang.ClassNotFoundException: {name}")
+            return JavaClass(name, self.field)
 
-        class JavaClass:
-            def getName(self):
-                return executor.class_name
+        return SimpleNamespace(
+            getName=lambda: "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+            getPackage=lambda: SimpleNamespace(getName=lambda: "org.apache.spark.sql.execution.streaming.runtime"),
+            getClassLoader=lambda: SimpleNamespace(loadClass=load))
 
-            def getDeclaredField(self, name):
-                if executor.field is None or name != "intervalMs":
-                    raise RuntimeError(f"java.lang.NoSuchFieldException: {name}")
-                return executor.field
+    def triggerExecutor(self):
+        self.asked += 1
+        answer = self.executors.pop(0) if len(self.executors) > 1 else self.executors[0]
+        return None if answer is None else self.executor
 
-        return JavaClass()
-
-
-def java_query(executor):
-    streaming = SimpleNamespace(triggerExecutor=lambda: executor)
-    return SimpleNamespace(_jsq=SimpleNamespace(streamingQuery=lambda: streaming))
-
-
-EXECUTOR = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+    def isActive(self):
+        return self.active
 
 
-def test_in_place_attaches_to_the_processing_time_executor_and_reads_its_writes_back():
+def java_query(execution):
+    return SimpleNamespace(_jsq=SimpleNamespace(streamingQuery=lambda: execution))
+
+
+class Clock:
+    def __init__(self):
+        self.now, self.slept = 0.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_in_place_is_prepared_without_the_running_executor_then_attached_and_reads_its_writes_back():
     field = JavaField(0)
-    switcher = InPlaceSwitcher.attach(java_query(JavaExecutor(EXECUTOR, field)), 0)
+    execution = JavaStreamExecution(field, executors=[None, None, "ready"])
+    switcher, why = choose_switcher(java_query(execution), lambda: pytest.fail("no restart"))
+    assert isinstance(switcher, InPlaceSwitcher) and "intervalMs is reachable" in why
+    assert execution.asked == 0  # start() does not wait for the query's plan
+    with pytest.raises(ModeSwitchError, match="not attached"):
+        switcher.switch(1000)
+    clock = Clock()
+    assert switcher.attach(0, clock=clock, sleep=clock.sleep) is True
+    assert execution.asked == 3 and clock.slept == [0.01, 0.01]  # waited for the stream thread to create it
     switcher.switch(1000)
     assert field.value == 1000
 
 
-@pytest.mark.parametrize("executor, reason", [
-    (lambda: JavaExecutor("org.apache.spark.sql.execution.streaming.runtime.MultiBatchExecutor", JavaField(0)),
-     "not a ProcessingTimeExecutor"),
-    (lambda: JavaExecutor(EXECUTOR, None), "intervalMs is not reachable: java.lang.NoSuchFieldException"),
-    (lambda: JavaExecutor(EXECUTOR, JavaField(0, refuse=True)),
+@pytest.mark.parametrize("execution, reason", [
+    (lambda: JavaStreamExecution(JavaField(0), loadable=()),
+     "no ProcessingTimeExecutor class beside .*MicroBatchExecution: java.lang.ClassNotFoundException"),
+    (lambda: JavaStreamExecution(None), "intervalMs is not reachable: java.lang.NoSuchFieldException"),
+    (lambda: JavaStreamExecution(JavaField(0, refuse=True)),
      "not reachable: java.lang.reflect.InaccessibleObjectException"),
-    (lambda: JavaExecutor(EXECUTOR, JavaField(250)), "holds 250 ms, not the trigger's 0 ms"),
-    (lambda: JavaExecutor(EXECUTOR, JavaField(0, drift=1)), "reads 1 ms after writing 0 ms"),
+    (lambda: JavaStreamExecution(JavaField(0, kind="int")), "intervalMs is a int, not a long"),
 ])
-def test_where_in_place_is_impossible_the_restart_method_is_chosen_and_says_why(executor, reason):
+def test_where_in_place_is_impossible_at_start_the_restart_method_is_chosen_and_says_why(execution, reason):
     with pytest.raises(ModeSwitchError, match=reason):
-        InPlaceSwitcher.attach(java_query(executor()), 0)
-    restart = RestartSwitcher(java_query(executor()), start=lambda ms: None)
-    switcher, why = choose_switcher(java_query(executor()), 0, lambda: restart)
-    assert switcher is restart and reason.split(":")[0] in why
+        InPlaceSwitcher.prepare(java_query(execution()))
+    restart = RestartSwitcher(java_query(execution()), start=lambda ms: None)
+    switcher, why = choose_switcher(java_query(execution()), lambda: restart)
+    assert switcher is restart and why.startswith("in place is impossible: ")
+
+
+@pytest.mark.parametrize("execution, reason", [
+    (lambda: JavaStreamExecution(JavaField(0), running="org.apache.spark.sql.execution.streaming.runtime.MultiBatchExecutor"),
+     "the trigger executor is a .*MultiBatchExecutor, not a ProcessingTimeExecutor"),
+    (lambda: JavaStreamExecution(JavaField(250)), "holds 250 ms, not the trigger's 0 ms"),
+    (lambda: JavaStreamExecution(JavaField(0, drift=1)), "reads 1 ms after writing 0 ms"),
+    (lambda: JavaStreamExecution(JavaField(0), executors=[None]), "did not appear within 30 s"),
+])
+def test_the_running_executor_is_checked_when_attaching(execution, reason):
+    clock = Clock()
+    switcher = InPlaceSwitcher.prepare(java_query(execution()))
+    with pytest.raises(ModeSwitchError, match=reason):
+        switcher.attach(0, clock=clock, sleep=clock.sleep)
+
+
+def test_attaching_gives_up_quietly_when_the_query_ends_or_the_handle_stops_first():
+    ended = JavaStreamExecution(JavaField(0), executors=[None], active=False)
+    assert InPlaceSwitcher.prepare(java_query(ended)).attach(0) is False
+    clock = Clock()
+    waiting = JavaStreamExecution(JavaField(0), executors=[None])
+    assert InPlaceSwitcher.prepare(java_query(waiting)).attach(0, cancelled=lambda: clock.now > 1, clock=clock,
+                                                               sleep=clock.sleep) is False
 
 
 def test_spark_connect_and_a_forced_restart_choose_the_restart_method():
     restart = RestartSwitcher(SimpleNamespace(), start=lambda ms: None)
     connect_query = SimpleNamespace(id="q")  # no _jsq: a Spark Connect client's query
-    assert choose_switcher(connect_query, 0, lambda: restart) == (
+    assert choose_switcher(connect_query, lambda: restart) == (
         restart, "a Spark Connect query has no JVM objects in this process to change in place")
-    assert choose_switcher(java_query(JavaExecutor(EXECUTOR, JavaField(0))), 0, lambda: restart, force_restart=True)[0] is restart
+    assert choose_switcher(java_query(JavaStreamExecution(JavaField(0))), lambda: restart, force_restart=True)[0] is restart
+
+
+class RefusedAttach(FakeInPlaceSwitcher):
+    """An in-place switcher whose running executor fails the checks."""
+
+    def attach(self, interval_ms, cancelled):
+        raise ModeSwitchError("the trigger executor is a x.Other, not a ProcessingTimeExecutor")
+
+
+def test_an_executor_failing_the_checks_after_start_means_switching_by_restart(caplog):
+    h = Harness(in_place=RefusedAttach)
+    first = h.query
+    h.emit(0, False)
+    assert h.handle.switch_method == "restart" and first.stopped and len(h.writer.started) == 2
+    assert h.handle.transitions[0].method == "restart"
+    assert "mode switches are by restart after all" in caplog.text and "x.Other" in caplog.text
+
+
+def test_an_executor_failing_the_checks_ends_the_handle_when_the_sink_cannot_restart():
+    h = Harness(in_place=RefusedAttach, restart_refused="the memory sink cannot restart")
+    h.emit(0, False)
+    with pytest.raises(ModeSwitchError, match=r"in place is impossible on the running query \(the trigger executor "
+                                              r"is a x.Other.*\), and the memory sink cannot restart"):
+        h.handle.await_termination(0)
+    assert len(h.writer.started) == 1 and not h.query.stopped and h.handle.transitions == []
 
 
 class BackToBackQuery:
