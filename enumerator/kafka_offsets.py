@@ -248,11 +248,12 @@ class KafkaOffsetsClient:
         specs = {b: OffsetSpec.latest() for b in buckets}
         latest = self._list_offsets("fetching latest offsets", specs)
         for attempt in range(1, self._policy.num_retries + 1):
-            behind = {b: (known[b], o) for b, o in latest.items() if known and b in known and o < known[b]}
+            behind = sorted(f"{b} (read to {known[b]}, log end {o})" for b, o in latest.items()
+                            if known and b in known and o < known[b])
             if not behind:
                 break
-            log.warning("log end below an offset already read (bucket: (read, log end) %s); asking again "
-                        "(attempt %d of fetchOffset.numRetries=%d)", behind, attempt, self._policy.num_retries)
+            log.warning("log end below the offset already read for %s; asking again (attempt %d of "
+                        "fetchOffset.numRetries=%d)", ", ".join(behind), attempt, self._policy.num_retries)
             self._sleep(self._policy.retry_interval_ms / 1000)
             latest = self._list_offsets("fetching latest offsets", specs)
         return latest
@@ -290,9 +291,9 @@ class KafkaOffsetsClient:
                 Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
                 for tp, future in futures.items()
             }
-            invalid = sorted(str(b) for b, offset in found.items() if offset < lowest)
+            invalid = sorted(f"{b} (answered {offset})" for b, offset in found.items() if offset < lowest)
             if invalid:
-                raise _NoOffset(f"no valid offset for {', '.join(invalid)} (the request timed out)")
+                raise _NoOffset(f"no valid offset for {', '.join(invalid)}")
             return found
 
         return self._call(what, request)
