@@ -61,6 +61,13 @@ def main() -> None:
     out = f"{work}/switched"
     writer = (source(switched_topic, **{"backlog.maxOffsetsPerTrigger": "2000"}).writeStream.format("parquet")
               .option("path", out).option("checkpointLocation", f"{work}/ckpt2"))
+    from backlog_core.errors import ConfigError
+
+    try:  # in place needs JVM objects a Connect client does not have: refused before anything starts
+        start_backlog_aware(writer, "0 seconds", "500 milliseconds", switch_method="in-place").stop()
+        report["in_place_refusal"] = None
+    except ConfigError as exc:
+        report["in_place_refusal"] = str(exc)
     handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
     report["switch_method"] = handle.switch_method
     report["initial_mode"] = handle.mode

@@ -59,6 +59,7 @@ def test_source_listener_and_start_backlog_aware_work_through_spark_connect(brok
     flags = report["listener_flags"]  # the whole backlog in one AvailableNow batch: no backlog left after it
     assert flags and flags[-1][1] is False and all(has_trace for _, _, has_trace in flags)
     # start_backlog_aware under Connect: high-throughput first, then one restart-method switch.
+    assert "switch_method='in-place' is impossible under Spark Connect" in (report["in_place_refusal"] or "")
     assert report["switch_method"] == "restart" and report["initial_mode"] == "high-throughput"
     assert report["transitions"] == [["high-throughput", "low-latency", "restart"]]
     assert report["switched_rows"] == report["switched_distinct"] == sum(log_end_offsets(broker, switched).values())
