@@ -382,10 +382,23 @@ def _handle_vanished(r: KafkaRange, position: int, config: ReaderConfig) -> int:
 
 
 def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderConfig) -> int:
-    """The broker no longer has ``position``: fail, or skip to the earliest offset and return it."""
-    low, high = consumer.get_watermark_offsets(
-        TopicPartition(r.topic, r.partition), timeout=config.poll_timeout_ms / 1000
-    )
+    """The broker no longer has ``position``: fail, or skip to the earliest offset and return it.
+
+    What is skipped is decided from the partition's offsets, so they must be real answers:
+    a failed or invalid answer (librdkafka answers some timed-out offset requests with -1001
+    and no error) raises :class:`KafkaUnavailableError` instead of skipping on a guess."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(r.topic, r.partition), timeout=config.poll_timeout_ms / 1000
+        )
+        failure = None if low >= 0 and high >= 0 else f"no valid offsets (answered {low}, {high})"
+    except Exception as exc:  # KafkaException: timed out, broker down
+        failure = config.kafka.redact(str(exc))
+    if failure is not None:
+        raise KafkaUnavailableError(
+            f"offset {position} of {r.bucket} is out of range, and asking Kafka for its earliest and latest "
+            f"offsets failed within kafkaConsumer.pollTimeoutMs ({config.poll_timeout_ms} ms): {failure}"
+        )
     # Below the earliest offset: retention deleted records. At or past the log end: the
     # topic was re-created or truncated, and nothing of the rest of the range exists.
     resume = min(low, r.end) if low > position else r.end

@@ -2,7 +2,7 @@
 several ranges per task; Spark's values for headers and timestamps."""
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from backlog_core.errors import DataLossError, KafkaUnavailableError, MalformedRecordError
 from backlog_core.schema import arrow_schema
@@ -90,6 +90,22 @@ def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
     batches = read(split(("t", 0, 5, 22)), consumer, settings)
     assert offsets_read(batches) == [20, 21]
     assert consumer.seeks == [("t", 0, 20)]
+
+
+@pytest.mark.parametrize("watermarks, reason", [
+    ((-1001, -1001), r"no valid offsets \(answered -1001, -1001\)"),
+    (KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermark offsets: Local: Timed out")),
+     "Timed out"),
+])
+def test_out_of_range_never_skips_on_offsets_kafka_did_not_give(watermarks, reason):
+    """With failOnDataLoss=false an invalid answer (-1001 read as 'earliest') would skip the
+    whole rest of the range."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"}).reader_config
+    consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))]], watermarks=watermarks)
+    with pytest.raises(KafkaUnavailableError, match=r"offset 5 of t-0 is out of range, and asking Kafka .*pollTimeoutMs "
+                                                    r"\(\d+ ms\): .*" + reason):
+        read(split(("t", 0, 5, 30)), consumer, settings)
+    assert consumer.seeks == []
 
 
 def test_fatal_error_fails_the_read():
