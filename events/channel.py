@@ -132,6 +132,12 @@ class ControlTopicReader:
         except Exception as exc:
             log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
             return ControlMessages([], position)
+        if low < 0 or high < 0:
+            # librdkafka answers some timed-out offset requests with OFFSET_INVALID (-1001)
+            # and no error: taken for offsets, it would look like a re-created topic and
+            # return -1001 as the position to continue from.
+            log.warning("could not read the control topic %r: no valid offsets (answered %d, %d)", topic, low, high)
+            return ControlMessages([], position)
         if position > high:
             log.warning("control topic %r ends at %d, before the position %d this query read to: it was re-created; "
                         "reading it from its earliest offset %d", topic, high, position, low)

@@ -101,3 +101,13 @@ def test_an_unanswered_watermark_request_returns_nothing_and_keeps_the_position(
         read = reader(consumer).read_from(4)
     assert read.values == [] and read.next_position == 4 and consumer.closed
     assert SECRET not in caplog.text and "***" in caplog.text
+
+
+def test_an_invalid_watermark_answer_is_no_answer_and_keeps_the_position(caplog):
+    """-1001 (OFFSET_INVALID, which librdkafka gives for some timed-out requests) read as a log
+    end would look like a re-created topic and make -1001 the next position."""
+    consumer = FakeConsumer([], watermarks=(-1001, -1001))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(4)
+    assert read.values == [] and read.next_position == 4 and consumer.assigned == []
+    assert "no valid offsets (answered -1001, -1001)" in caplog.text
