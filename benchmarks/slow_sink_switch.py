@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, median_and_spread, spark_session, wait_until, with_spread, write_results  # noqa: E402
-from mode_switch import warm_up  # noqa: E402
+from mode_switch import rotated, warm_up  # noqa: E402
 
 from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
 
@@ -198,7 +198,7 @@ def main() -> None:
         warm_up(spark, broker.bootstrap_servers)
         results: dict[str, list[dict]] = {m: [] for m in METHODS}
         for round_index in range(args.runs):
-            for method in METHODS[round_index % 2:] + METHODS[:round_index % 2]:
+            for method in rotated(list(METHODS), round_index):
                 results[method].append(run(spark, broker.bootstrap_servers, method, args))
         spark.stop()
     finally:
