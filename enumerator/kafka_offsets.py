@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from backlog_core.buckets import Bucket
 from backlog_core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
+from backlog_core.offset_answers import check_offsets
 from backlog_core.settings import SourceSettings
 
 log = logging.getLogger(__name__)
@@ -268,9 +269,8 @@ class KafkaOffsetsClient:
 
     def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
         """One ListOffsets request for ``specs``. An answer below ``lowest`` is a failed
-        attempt, retried like any other: when a request times out, librdkafka resolves some
-        partitions' futures with ``OFFSET_INVALID`` (-1001) instead of an error (seen with
-        the broker stopped), and taking that for a log end reads as offsets moving
+        attempt (:class:`~backlog_core.offset_answers.NoValidOffsets`), retried like any
+        other: taken for a log end, a timed-out request's -1001 reads as offsets moving
         backwards, i.e. false data loss, or a rewind to the earliest offset."""
         if not specs:
             return {}
@@ -287,14 +287,10 @@ class KafkaOffsetsClient:
                 isolation_level=isolation,
                 request_timeout=timeout_s,
             )
-            found = {
+            return dict(check_offsets({
                 Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
                 for tp, future in futures.items()
-            }
-            invalid = sorted(f"{b} (answered {offset})" for b, offset in found.items() if offset < lowest)
-            if invalid:
-                raise _NoOffset(f"no valid offset for {', '.join(invalid)}")
-            return found
+            }, lowest))
 
         return self._call(what, request)
 
@@ -327,10 +323,6 @@ class KafkaOffsetsClient:
                 f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
                 "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
             ) from None
-
-
-class _NoOffset(Exception):
-    """A ListOffsets answer without a valid offset for some partition: retried by ``_call``."""
 
 
 def _error_code(exc: KafkaException) -> int | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from backlog_core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_core.offset_answers import watermarks
 from backlog_core.settings import ReaderConfig
 from events import dedup
 from events.finish_event import BacklogFinishEvent
@@ -128,15 +129,9 @@ class ControlTopicReader:
         partition = TopicPartition(topic, CONTROL_PARTITION)
         timeout_s = self._timeout_ms / 1000
         try:
-            low, high = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
-        except Exception as exc:
+            low, high = watermarks(consumer, partition, timeout_s)
+        except Exception as exc:  # KafkaException, or NoValidOffsets (which would read as a re-created topic)
             log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
-            return ControlMessages([], position)
-        if low < 0 or high < 0:
-            # librdkafka answers some timed-out offset requests with OFFSET_INVALID (-1001)
-            # and no error: taken for offsets, it would look like a re-created topic and
-            # return -1001 as the position to continue from.
-            log.warning("could not read the control topic %r: no valid offsets (answered %d, %d)", topic, low, high)
             return ControlMessages([], position)
         if position > high:
             log.warning("control topic %r ends at %d, before the position %d this query read to: it was re-created; "

@@ -34,6 +34,7 @@ from backlog_core import span_names, step_timings, telemetry
 from backlog_core.buckets import Bucket
 from backlog_core.errors import DataLossError, KafkaUnavailableError
 from backlog_core.kafka_config import ClientRole
+from backlog_core.offset_answers import watermarks
 from backlog_core.settings import ReaderConfig
 from backlog_core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
 from events.channel import publish, publish_once
@@ -385,20 +386,16 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
     """The broker no longer has ``position``: fail, or skip to the earliest offset and return it.
 
     What is skipped is decided from the partition's offsets, so they must be real answers:
-    a failed or invalid answer (librdkafka answers some timed-out offset requests with -1001
-    and no error) raises :class:`KafkaUnavailableError` instead of skipping on a guess."""
+    a failed or invalid one (see :mod:`backlog_core.offset_answers`) raises
+    :class:`KafkaUnavailableError` instead of skipping on a guess."""
     try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(r.topic, r.partition), timeout=config.poll_timeout_ms / 1000
-        )
-        failure = None if low >= 0 and high >= 0 else f"no valid offsets (answered {low}, {high})"
-    except Exception as exc:  # KafkaException: timed out, broker down
-        failure = config.kafka.redact(str(exc))
-    if failure is not None:
+        low, high = watermarks(consumer, TopicPartition(r.topic, r.partition), config.poll_timeout_ms / 1000)
+    except Exception as exc:  # KafkaException (timed out, broker down) or NoValidOffsets
         raise KafkaUnavailableError(
             f"offset {position} of {r.bucket} is out of range, and asking Kafka for its earliest and latest "
-            f"offsets failed within kafkaConsumer.pollTimeoutMs ({config.poll_timeout_ms} ms): {failure}"
-        )
+            f"offsets failed within kafkaConsumer.pollTimeoutMs ({config.poll_timeout_ms} ms): "
+            f"{config.kafka.redact(str(exc))}"
+        ) from None
     # Below the earliest offset: retention deleted records. At or past the log end: the
     # topic was re-created or truncated, and nothing of the rest of the range exists.
     resume = min(low, r.end) if low > position else r.end

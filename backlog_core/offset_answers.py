@@ -1,0 +1,43 @@
+"""Offsets as Kafka answered them, or a failure: never a guess.
+
+librdkafka answers some timed-out offset requests with OFFSET_INVALID (-1001) and no error
+(seen for ListOffsets futures and watermark queries with the broker stopped). Taken for an
+offset, -1001 reads as a log end below what was read (false data loss, or a rewind), an
+earliest offset to skip to, or a position to checkpoint. Every offset request of this
+project goes through :func:`check_offsets`, so an invalid answer fails like a timeout.
+
+Which process: any (the driver's offsets client and control-topic reader, the executors'
+readers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+K = TypeVar("K")
+
+
+class NoValidOffsets(Exception):
+    """An answer from Kafka that holds no valid offset for some partition. Callers treat it
+    as a failed request: retried, logged or raised as their own error."""
+
+
+def check_offsets(answers: Mapping[K, int], lowest: int = 0) -> Mapping[K, int]:
+    """``answers`` (partition -> offset) unchanged, or :class:`NoValidOffsets` naming each
+    partition answered below ``lowest`` (0 for offsets; -1 where Kafka's -1 means "none",
+    as for offsets by timestamp)."""
+    invalid = sorted(f"{key} (answered {offset})" for key, offset in answers.items() if offset < lowest)
+    if invalid:
+        raise NoValidOffsets(f"no valid offset for {', '.join(invalid)}")
+    return answers
+
+
+def watermarks(consumer: Any, partition: Any, timeout_s: float) -> tuple[int, int]:
+    """``(low, high)`` of ``partition``, asked of the broker through ``consumer`` (a
+    confluent-kafka Consumer). Raises what the consumer raises (``KafkaException``: timed
+    out, broker down) and :class:`NoValidOffsets` for an answer below 0."""
+    low, high = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
+    if low < 0 or high < 0:
+        raise NoValidOffsets(f"no valid offsets (answered {low}, {high})")
+    return low, high
