@@ -254,9 +254,12 @@ class SourceSettings(BaseModel):
     backlog_events_topic: Text = Field("_backlog_events", alias="backlog.eventsTopic")
     backlog_reenter_lag: PositiveNumber | None = Field(None, alias="backlog.reenterLag")
     backlog_max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="backlog.maxOffsetsPerTrigger")
-    #: While the source finds nothing new it asks Kafka again at most this often: Spark polls
-    #: an idle source about every 10 ms with a "0 seconds" trigger.
-    backlog_min_poll_interval_ms: NonNegativeNumber = Field(100, alias="backlog.minPollIntervalMs")
+    #: Opt-in: while the source finds nothing new it asks Kafka again at most this often
+    #: (Spark polls an idle source about every 10 ms with a "0 seconds" trigger). Off (0) by
+    #: default, as in Spark's source, because an answer from the cache tells Spark "nothing
+    #: new" for records already in Kafka, and ``processAllAvailable()`` then returns without
+    #: them (README: "Idle polling").
+    backlog_min_poll_interval_ms: NonNegativeNumber = Field(0, alias="backlog.minPollIntervalMs")
     snapshot_path: Text | None = Field(None, alias="snapshot.path")
 
     @model_validator(mode="after")
@@ -339,10 +342,20 @@ def parse_options(options: Mapping[str, str]) -> SourceSettings:
     values = {_OPTION_NAMES[k]: v for k, v in spark_options.items()}
     try:
         _check_subscription({name: values.get(name) for name in _SUBSCRIPTIONS})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    # The subscription's value comes before the Kafka settings, as in Spark's
+    # validateGeneralOptions: an empty 'subscribe' is named first, not a missing
+    # 'kafka.bootstrap.servers'.
+    chosen = next(name for name in _SUBSCRIPTIONS if values.get(name) is not None)
+    try:
+        _SUBSCRIPTION_VALUES[chosen](values[chosen])
+    except ValueError as exc:
+        raise ConfigError(_option_message(chosen, str(exc))) from None
+    try:
         group_id_prefix = _text(values.pop("groupIdPrefix", "spark-kafka-source"))
     except ValueError as exc:
-        message = str(exc)
-        raise ConfigError(message if message.startswith("exactly") else f"option 'groupIdPrefix' {message}") from None
+        raise ConfigError(f"option 'groupIdPrefix' {exc}") from None
     kafka = kafka_client_config(kafka_options, group_id_prefix=group_id_prefix)
     try:
         return SourceSettings.model_validate({**values, "kafka": kafka})
@@ -373,9 +386,17 @@ def _validation_message(exc: ValidationError) -> str:
         option = _OPTION_OF_FIELD.get(str(location[0])) if location else None
         option = option or (str(location[0]) if location else None)
         if option and option in _OPTION_NAMES.values():
-            # "must ..." and "is ..." read on from the option's name; other messages follow a colon.
-            joined = " " if message.startswith(("must", "is ")) else ": "
-            parts.append(f"option '{option}'{joined}{message}")
+            parts.append(_option_message(option, message))
         else:
             parts.append(message)
     return "; ".join(parts)
+
+
+def _option_message(option: str, message: str) -> str:
+    # "must ..." and "is ..." read on from the option's name; other messages follow a colon.
+    joined = " " if message.startswith(("must", "is ")) else ": "
+    return f"option '{option}'{joined}{message}"
+
+
+#: Each subscription option's value check (the model's own validators, run early).
+_SUBSCRIPTION_VALUES = {"subscribe": _topics, "subscribePattern": _pattern, "assign": _assign}

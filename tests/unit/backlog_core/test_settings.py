@@ -19,6 +19,7 @@ def test_defaults_follow_spark():
     assert settings.include_headers is False
     assert settings.backlog_enabled is True
     assert settings.backlog_events_topic == "_backlog_events"
+    assert settings.backlog_min_poll_interval_ms == 0  # Spark asks Kafka at every poll
 
 
 def test_option_names_are_case_insensitive_like_spark():
@@ -145,3 +146,11 @@ def test_settings_are_frozen():
     settings = parse_options(BASE)
     with pytest.raises(Exception):
         settings.fail_on_data_loss = False
+
+
+@pytest.mark.parametrize(("option", "value"), [("subscribe", ""), ("subscribe", " , "), ("subscribePattern", " "),
+                                                ("assign", "{}")])
+def test_an_empty_subscription_is_named_before_missing_bootstrap_servers_as_in_spark(option, value):
+    # Spark's KafkaSourceProvider.validateGeneralOptions checks the subscription's value first.
+    with pytest.raises(ConfigError, match=f"^option '{option}'"):
+        parse_options({option: value})

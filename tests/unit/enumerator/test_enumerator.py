@@ -244,3 +244,15 @@ def test_an_idle_source_asks_kafka_at_most_once_per_min_poll_interval():
     client.calls.clear()
     assert enumerator.latest_offset(end, ReadBudget()) is end  # a new start is always planned at once
     assert client.calls.count("latest_offsets") == 1
+
+
+def test_by_default_every_poll_asks_kafka_so_process_all_available_sees_new_records():
+    """Spark's source asks Kafka at every ``latestOffset``; ``processAllAvailable()`` relies on
+    it: an answer "nothing new" from a cache would end it before records already in Kafka."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
+    client = FakeOffsetsClient(topics={"a": [(0, 100), (10, 50)]})
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
+    start = enumerator.initial_offset()
+    assert enumerator.latest_offset(start, ReadBudget()) is start  # found nothing
+    client.append("a", 0, 3)  # the clock does not move: only a fresh request can find these
+    assert enumerator.latest_offset(SourceOffset.from_json(start.to_json()), ReadBudget()).positions[A0] == 103
