@@ -4,50 +4,59 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh).
+JVM_STAMP := .jvm/.installed
 
-.PHONY: test test-wheel test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
+.PHONY: jvm test test-wheel test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/constraints.txt
 	@$(MAKE) --no-print-directory check-tools
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -c tests/constraints.txt
 	@touch $(STAMP)
+
+$(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka-connector.pom.xml scripts/install-jvm.sh
+	@$(MAKE) --no-print-directory check-tools
+	scripts/install-jvm.sh
+	@touch $(JVM_STAMP)
+
+jvm: $(JVM_STAMP)
 
 # The wheel as users install it (not editable, fresh environment, outside the tree) first,
 # then every test; the standalone-cluster test runs on that same installed wheel.
 test: test-wheel
 	$(PY) -m pytest tests
 
-test-wheel: $(STAMP)
+test-wheel: $(STAMP) $(JVM_STAMP)
 	$(PY) -m tests.wheel.wheel_env
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest tests/integration
 
-demo: $(STAMP)
+demo: $(STAMP) $(JVM_STAMP)
 	$(PY) -m backlog_source.cli demo
 
-bench: $(STAMP)
+bench: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/read_throughput.py
 
-bench-modes: $(STAMP)
+bench-modes: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/mode_switch.py
 
-bench-latency: $(STAMP)
+bench-latency: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/latency.py
 
-bench-tracing: $(STAMP)
+bench-tracing: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/tracing_cost.py
 
-bench-snapshot: $(STAMP)
+bench-snapshot: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/snapshot_bootstrap.py
 
 clean:
-	rm -rf $(VENV) .venv-wheel demo-output .pytest_cache
+	rm -rf $(VENV) .venv-wheel .jvm demo-output .pytest_cache

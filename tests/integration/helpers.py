@@ -16,7 +16,7 @@ from events.finish_event import BacklogFinishEvent
 
 def make_topic(broker, name: str, partitions: int, per_partition: int = 0, value_size: int = 20, start: int = 0) -> int:
     """Create ``name`` with ``partitions`` partitions and ``per_partition`` records in each
-    (values ``b"<partition>:<n>"`` padded). Returns the records produced, seals included."""
+    (values ``b"<partition>:<n>"`` padded). Returns the records produced."""
     create_topic(broker.bootstrap_servers, name, partitions)
     if per_partition == 0:
         return 0

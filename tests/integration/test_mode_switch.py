@@ -1,4 +1,4 @@
-"""start_backlog_aware with the embedded broker and real Spark: in place, and by restart."""
+"""start_backlog_aware on Apache Kafka and real Spark: in place, and by restart."""
 
 from __future__ import annotations
 

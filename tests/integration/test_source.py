@@ -1,4 +1,4 @@
-"""The drop-in source against the embedded broker and a real local[2] SparkSession."""
+"""The drop-in source against Apache Kafka and a real local[2] SparkSession."""
 
 from __future__ import annotations
 
@@ -131,13 +131,13 @@ def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_
     try:
         wait_for_progress(query, lambda p: True, what="the first trigger")
         started = time.monotonic()
-        fill(broker, topic_name, 2, 5)  # 12 records incl. seals: below the minimum
+        fill(broker, topic_name, 2, 5)  # 10 records: below the minimum
         settle(3)
         assert spark.table(table).count() == 0, "a batch ran below minOffsetsPerTrigger before maxTriggerDelay"
-        wait_for(lambda: spark.table(table).count() == 12, 60, "the delayed batch")
+        wait_for(lambda: spark.table(table).count() == 10, 60, "the delayed batch")
         assert time.monotonic() - started >= 3
         fill(broker, topic_name, 2, 600)  # enough records: read without waiting for the delay
-        wait_for(lambda: spark.table(table).count() == 12 + 1_202, 10, "the batch that met the minimum")
+        wait_for(lambda: spark.table(table).count() == 10 + 1_200, 60, "the batch that met the minimum")
     finally:
         query.stop()
 
@@ -162,8 +162,8 @@ def test_subscribe_pattern_discovers_a_topic_created_mid_run(spark, broker, topi
 def test_starting_offsets_json_and_timestamps(spark, broker, topic_name, tmp_path):
     old, new = 1_000_000_000_000, 1_600_000_000_000
     make_topic(broker, topic_name, 2)
-    fill(broker, topic_name, 2, 10, timestamp_ms=old)  # offsets 0..9, seal at 10
-    fill(broker, topic_name, 2, 10, start=10, timestamp_ms=new)  # offsets 11..20, seal at 21
+    fill(broker, topic_name, 2, 10, timestamp_ms=old)  # offsets 0..9
+    fill(broker, topic_name, 2, 10, start=10, timestamp_ms=new)  # offsets 10..19
 
     def offsets(**options):
         name = f"q{abs(hash(json.dumps(options, sort_keys=True)))}"
@@ -177,13 +177,12 @@ def test_starting_offsets_json_and_timestamps(spark, broker, topic_name, tmp_pat
         return {(r.partition, r.offset) for r in spark.table(name).collect()}
 
     by_json = offsets(startingOffsets=json.dumps({topic_name: {"0": 15, "1": -2}}))
-    assert by_json == {(0, o) for o in range(15, 22)} | {(1, o) for o in range(22)}
-    # Tansu answers ListOffsets(timestamp) with offset 0 whatever the timestamp (see
-    # docs/broker-gaps.md), so against it only the wiring is checkable: the query starts
-    # where the broker's answer says. The timestamp logic itself is unit-tested on a fake.
-    answered = _offsets_for_timestamp(broker, topic_name, new - 1)
+    assert by_json == {(0, o) for o in range(15, 20)} | {(1, o) for o in range(20)}
+    # Kafka answers a timestamp with the first offset whose timestamp is at or after it:
+    # offset 10, where the newer records begin, in both partitions.
+    assert _offsets_for_timestamp(broker, topic_name, new - 1) == {0: 10, 1: 10}
     by_timestamp = offsets(startingTimestamp=new - 1, startingOffsets="earliest")
-    assert by_timestamp == {(p, o) for p in range(2) for o in range(answered[p], 22)}
+    assert by_timestamp == {(p, o) for p in range(2) for o in range(10, 20)}
     per_partition = offsets(startingOffsetsByTimestamp=json.dumps({topic_name: {"0": old, "1": new - 1}}))
     assert per_partition == by_timestamp
 

@@ -21,7 +21,7 @@ import pytest
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.testing.broker import create_topic, delete_topic, produce, seal_partitions
+from backlog_source.testing.broker import create_topic, delete_topic, produce
 from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, wait_for
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def spark_rate_limit(limit: int, start: dict[int, int], end: dict[int, int]) -> 
 
 def test_max_offsets_per_trigger_is_shared_as_spark_shares_it(spark, broker, topic_name, tmp_path):
     """`KafkaMicroBatchStream.rateLimit`: the first batch's end offsets, partition by
-    partition, are Spark's for lags 7, 13 and 80 (+1 seal each) under a limit of 10."""
+    partition, are Spark's for lags 7, 13 and 80 under a limit of 10."""
     create_topic(broker.bootstrap_servers, topic_name, 3)
     for partition, count in enumerate((7, 13, 80)):
         produce(broker.bootstrap_servers, topic_name, [(partition, None, b"v")] * count)
@@ -198,8 +198,7 @@ def test_min_partitions_splits_only_the_large_range(spark, broker, topic_name, t
     of 1, 1 and 10,000 records, the small ranges stay whole and the large one is cut in
     four: six Spark partitions, each small one alone."""
     create_topic(broker.bootstrap_servers, topic_name, 3)
-    produce(broker.bootstrap_servers, topic_name, [(2, None, b"v")] * 9_999)  # + its seal: 10,000
-    seal_partitions(broker.bootstrap_servers, topic_name, [0, 1])  # one record each
+    produce(broker.bootstrap_servers, topic_name, [(0, None, b"v"), (1, None, b"v")] + [(2, None, b"v")] * 10_000)
     assert log_end_offsets(broker, topic_name) == {0: 1, 1: 1, 2: 10_000}
     seen: list[tuple[int, list[int]]] = []
 

@@ -57,15 +57,17 @@ def check_a_stream_from_a_snapshot() -> None:
     from backlog_source.testing.broker import create_topic, embedded_broker, produce
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # The pip-only path (no Java build tools): the embedded Tansu broker from the 'demo' extra,
+    # whose producers seal their partitions (seal_partitions).
     with embedded_broker() as broker, tempfile.TemporaryDirectory() as work:
         bootstrap = broker.bootstrap_servers
         create_topic(bootstrap, "customers", 2)
-        produce(bootstrap, "customers", ((i % 2, f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(500)))
+        produce(bootstrap, "customers", ((i % 2, f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(500)), seal=True)
         snapshot = Path(work) / "snapshot"
         subprocess.run(["backlog-source", "snapshot", "--bootstrap-servers", bootstrap, "--topic", "customers",
                         "--path", str(snapshot)], check=True)
         snapshot_rows = sum(p.rows for p in load_manifest(str(snapshot))[2].partitions.values())
-        tail = produce(bootstrap, "customers", ((i % 2, f"new{i}".encode(), b"x") for i in range(20)))
+        tail = produce(bootstrap, "customers", ((i % 2, f"new{i}".encode(), b"x") for i in range(20)), seal=True)
 
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())

@@ -1,0 +1,129 @@
+"""Run Spark's own ``format("kafka")`` and ``format("backlog")`` on the same topic with the
+same options, and return what a user's sink sees of each: the rows of every batch, every
+column (key, value, topic, partition, offset, timestamp, timestampType, headers).
+
+Both queries run in the test session (Spark's connector is on its ``spark.jars``), each into
+a ``foreachBatch`` that collects its batch on the driver, so rows and batch boundaries are
+compared exactly. Options are the ones both sources take; ``backlog_only`` adds
+``format("backlog")``'s own (``backlog.*``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from pyspark.errors import StreamingQueryException
+
+from tests.integration.helpers import wait_for
+
+#: The source's columns, in Spark's order (``KafkaRecordToRowConverter``).
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+
+
+def row_tuple(row) -> tuple:
+    values = tuple(row[c] for c in COLUMNS)
+    if "headers" in row.__fields__:
+        headers = row["headers"]
+        values += (None if headers is None else tuple((h["key"], bytes(h["value"]) if h["value"] is not None else None)
+                                                      for h in headers),)
+    return tuple(bytes(v) if isinstance(v, (bytearray, memoryview)) else v for v in values)
+
+
+@dataclass
+class Collected:
+    """The batches one query delivered: ``batches[i]`` is the sorted rows of batch ``i``
+    (empty batches included, as the sink saw them)."""
+
+    batches: list[list[tuple]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, batch_df, batch_id: int) -> None:
+        rows = sorted((row_tuple(r) for r in batch_df.collect()), key=lambda r: (r[2], r[3], r[4]))
+        with self.lock:
+            while len(self.batches) <= batch_id:
+                self.batches.append([])
+            self.batches[batch_id] = rows
+
+    def rows(self) -> list[tuple]:
+        with self.lock:
+            return sorted((r for batch in self.batches for r in batch), key=lambda r: (r[2], r[3], r[4]))
+
+    def non_empty_batch_sizes(self) -> list[int]:
+        with self.lock:
+            return [len(b) for b in self.batches if b]
+
+
+def stream(spark, source: str, bootstrap: str, options: dict, backlog_only: dict | None = None):
+    reader = spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
+    for key, value in {**options, **((backlog_only or {}) if source == "backlog" else {})}.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def start(spark, source: str, bootstrap: str, options: dict, checkpoint, *, trigger: dict,
+          backlog_only: dict | None = None):
+    """Start one query into a collecting ``foreachBatch``; returns ``(query, collected)``."""
+    collected = Collected()
+    query = (stream(spark, source, bootstrap, options, backlog_only).writeStream.foreachBatch(collected.add)
+             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+    return query, collected
+
+
+def run_to_end(spark, bootstrap: str, options: dict, tmp_path, *, trigger: dict | None = None,
+               backlog_only: dict | None = None, timeout_s: float = 180) -> dict[str, Collected]:
+    """Both sources, one after the other, with an ending trigger (AvailableNow by default);
+    returns ``{"kafka": ..., "backlog": ...}``. A query that fails raises its error, tagged
+    with the source."""
+    results = {}
+    for source in ("kafka", "backlog"):
+        query, collected = start(spark, source, bootstrap, options, tmp_path / f"ckpt-{source}",
+                                 trigger=trigger or {"availableNow": True}, backlog_only=backlog_only)
+        try:
+            _await(query, timeout_s)
+            if query.isActive:
+                raise TimeoutError(f"format({source!r}) did not end within {timeout_s:.0f} s")
+            if query.exception() is not None:
+                raise SourceFailed(source, str(query.exception()))
+        finally:
+            query.stop()
+        results[source] = collected
+    return results
+
+
+def outcome(spark, bootstrap: str, options: dict, tmp_path, **kwargs) -> dict[str, object]:
+    """Like :func:`run_to_end`, but a failure is an outcome too: ``{"kafka": Collected or
+    SourceFailed, "backlog": ...}``, each source run separately."""
+    results: dict[str, object] = {}
+    for source in ("kafka", "backlog"):
+        query, collected = start(spark, source, bootstrap, options, tmp_path / f"ckpt-{source}",
+                                 trigger=kwargs.get("trigger") or {"availableNow": True},
+                                 backlog_only=kwargs.get("backlog_only"))
+        try:
+            _await(query, kwargs.get("timeout_s", 180))
+            results[source] = SourceFailed(source, str(query.exception())) if query.exception() else collected
+        finally:
+            query.stop()
+    return results
+
+
+class SourceFailed(AssertionError):
+    def __init__(self, source: str, message: str) -> None:
+        super().__init__(f"format({source!r}) failed: {message[:3000]}")
+        self.source, self.message = source, message
+
+
+def wait_rows(collected: Collected, count: int, query, timeout_s: float = 120, what: str = "rows") -> None:
+    def check():
+        if query.exception() is not None:
+            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        return len(collected.rows()) >= count
+
+    wait_for(check, timeout_s, what)
+
+
+def _await(query, timeout_s: float) -> None:
+    try:
+        query.awaitTermination(timeout_s)
+    except StreamingQueryException:
+        pass  # the caller reads query.exception()
