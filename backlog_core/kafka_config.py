@@ -40,9 +40,15 @@ class ClientRole(str, Enum):
 #: Defaults a user may override with ``kafka.*`` options. A deep prefetch queue made both a
 #: bare consumer loop and the reader about 5x faster (benchmarks/read_throughput.py); memory
 #: stays bounded by librdkafka's ``queued.max.messages.kbytes`` (64 MiB by default).
+#:
+#: ``isolation.level``: librdkafka's default is ``read_committed``, the Java client's (and so
+#: Spark's) ``read_uncommitted``. The driver plans to the high watermark unless the user asks
+#: for ``read_committed``; a reader left on librdkafka's default would then stop at the last
+#: stable offset (an open transaction: the read waits out ``kafkaConsumer.pollTimeoutMs``) and
+#: drop aborted records Spark returns.
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {
-    ClientRole.READER: {"queued.min.messages": 1_000_000},
-    ClientRole.SNAPSHOT_READER: {"queued.min.messages": 1_000_000},
+    ClientRole.READER: {"queued.min.messages": 1_000_000, "isolation.level": "read_uncommitted"},
+    ClientRole.SNAPSHOT_READER: {"queued.min.messages": 1_000_000, "isolation.level": "read_uncommitted"},
 }
 
 _NEVER_COMMITS = {

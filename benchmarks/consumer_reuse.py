@@ -38,7 +38,8 @@ from common import machine, median_and_spread, with_spread, write_results  # noq
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from backlog_core.settings import parse_options  # noqa: E402
-from backlog_source.testing.broker import create_topic, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic  # noqa: E402
 from reader.kafka_reader import read_split  # noqa: E402
 from reader.split import KafkaRange, KafkaSplit  # noqa: E402
 
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100, help="new records per partition per split")
     args = parser.parse_args()
 
-    broker = start_broker()
+    broker = start_kafka()
     try:
         bootstrap = broker.bootstrap_servers
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})

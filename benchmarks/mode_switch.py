@@ -78,7 +78,8 @@ from common import (  # noqa: E402
     write_results,
 )
 
-from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 PARTITIONS = 8
 BACKLOG_LIMIT = {"backlog.maxOffsetsPerTrigger": "5000000", "maxOffsetsPerTrigger": "50000"}
@@ -384,7 +385,7 @@ def main() -> None:
     names = [n.strip() for n in args.configs.split(",")]
     scenarios = [s.strip() for s in args.scenarios.split(",")]
 
-    broker = start_broker()
+    broker = start_kafka()
     try:
         spark = spark_session()
         log = ProgressLog()

@@ -51,7 +51,8 @@ from common import (  # noqa: E402
 )
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
 
-from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 KINDS = ("backlog", "trivial_python", "rate")
 _TIME_IMPORT = f"""
@@ -120,7 +121,7 @@ def main() -> None:
                         help="file name of the results (pyspark_bytecode.py runs this twice)")
     args = parser.parse_args()
 
-    broker = start_broker()
+    broker = start_kafka()
     try:
         create_topic(broker.bootstrap_servers, "startup", 8)
         produce(broker.bootstrap_servers, "startup", ((i % 8, None, b"x") for i in range(800)))

@@ -1,6 +1,6 @@
 """Read throughput of format("backlog") against bare confluent-kafka consumer loops.
 
-One run, one topic on the embedded broker, three readers of the same records:
+One run, one topic on Apache Kafka (single node, `make jvm`), three readers of the same records:
 
 * ``bare_1``: one process, one consumer assigned to every partition, ``consume(10_000)``
   batches, touching each record's value: the practical limit of a Python Kafka reader.
@@ -52,7 +52,8 @@ import query_startup  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from query_startup import TrivialSource  # noqa: E402
 
-from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 
 def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool, queue) -> None:
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every reader")
     args = parser.parse_args()
 
-    broker = start_broker()
+    broker = start_kafka()
     try:
         topic = "bench-read"
         create_topic(broker.bootstrap_servers, topic, args.partitions)
@@ -140,7 +141,7 @@ def main() -> None:
         t0 = time.perf_counter()
         total = produce(broker.bootstrap_servers, topic, ((i % args.partitions, None, value) for i in range(per * args.partitions)))
         print(f"produced {total} records in {time.perf_counter() - t0:.1f} s")
-        ends = {p: per + 1 for p in range(args.partitions)}  # + the seal record
+        ends = {p: per for p in range(args.partitions)}
 
         spark = spark_session()
         # Spark's Python workers cannot import benchmarks/: ship the trivial source's module by value.

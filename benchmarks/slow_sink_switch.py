@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, median_and_spread, spark_session, wait_until, with_spread, write_results  # noqa: E402
 from mode_switch import rotated, warm_up  # noqa: E402
 
-from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 PARTITIONS = 4
 METHODS = ("in-place", "restart")
@@ -56,7 +57,7 @@ DIRECTIONS = ("low-latency", "high-throughput")
 
 class Trickle:
     """Live records in the background (a thread producing a few records twice a second),
-    counting what was acknowledged (with :func:`produce`'s sealing records)."""
+    counting what was acknowledged."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.produced = 0
@@ -192,7 +193,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=20_000)
     parser.add_argument("--results-name", default="slow_sink_switch")
     args = parser.parse_args()
-    broker = start_broker()
+    broker = start_kafka()
     try:
         spark = spark_session()
         warm_up(spark, broker.bootstrap_servers)

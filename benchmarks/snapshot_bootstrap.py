@@ -38,7 +38,8 @@ from common import (  # noqa: E402
     write_results,
 )
 
-from backlog_source.testing.broker import create_topic, produce, start_broker  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 PARTITIONS = 8
 
 
@@ -68,7 +69,7 @@ def main() -> None:
 
     from backlog_source.snapshot import take_snapshot
 
-    broker = start_broker()
+    broker = start_kafka()
     work = tempfile.mkdtemp(prefix="bench-snapshot-")
     try:
         bootstrap, topic, value = broker.bootstrap_servers, "bench-snapshot", b"v" * 100

@@ -101,6 +101,23 @@ def committed_parquet_files(path: Path) -> list[str]:
     return sorted(files)
 
 
+def written_pairs(path) -> list[tuple[int, int]]:
+    """``(partition, offset)`` of every row a Parquet sink committed, repeats kept."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetDataset(committed_parquet_files(path)).read(columns=["partition", "offset"])
+    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
+
+
+def caught_up(query, broker, topic) -> bool:
+    """The query's last progress ends at the topic's log end."""
+    last = query.lastProgress
+    if not last:
+        return False
+    positions = json.loads(last["sources"][0]["endOffset"])["positions"].get(topic, {})
+    return positions == {str(p): o for p, o in log_end_offsets(broker, topic).items()}
+
+
 def published_events(broker, control_topic: str, source_id: str) -> list[BacklogFinishEvent]:
     """Every event on the control topic for ``source_id``."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})

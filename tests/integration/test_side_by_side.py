@@ -11,7 +11,7 @@ import pytest
 
 from backlog_source.testing.broker import produce
 from tests.integration.differential import run_to_end, start
-from tests.integration.helpers import make_topic, wait_for
+from tests.integration.helpers import make_topic
 
 pytestmark = pytest.mark.integration
 

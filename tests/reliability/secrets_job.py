@@ -27,13 +27,18 @@ def main() -> None:
 
     from backlog_source import BacklogDataSource, start_backlog_aware
 
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    os.makedirs(os.path.join(out, "eventlog"), exist_ok=True)
+    # Spark's event log (every progress event and plan) lands under OUT_DIR, searched too.
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", os.path.join(out, "eventlog"))
+             .getOrCreate())
     spark.sparkContext.setLogLevel("INFO")
     spark.dataSource.register(BacklogDataSource)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).option("startingOffsets", "earliest")
           .option("kafkaConsumer.pollTimeoutMs", "6000").option("fetchOffset.numRetries", "1")
           .options(**json.loads(options_json)).load())
+    df.explain(True)  # the plans, as a user would print them
     writer = (df.writeStream.format("parquet").option("path", os.path.join(out, "parquet"))
               .option("checkpointLocation", os.path.join(out, "checkpoint")))
     # From here on every py4j call is logged with its arguments and answers (the user's own

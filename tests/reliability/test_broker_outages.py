@@ -6,31 +6,15 @@ from __future__ import annotations
 
 import time
 
-import pyarrow.parquet as pq
 import pytest
 
 from backlog_source import start_backlog_aware
 from backlog_source.demo.traffic import LiveProducer
-from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, reader, wait_for
+from tests.integration.helpers import caught_up, log_end_offsets, make_topic, reader, wait_for, written_pairs
 
 pytestmark = pytest.mark.integration
 
 OUTAGE_S = 15
-
-
-def written_pairs(path) -> list[tuple[int, int]]:
-    table = pq.ParquetDataset(committed_parquet_files(path)).read(columns=["partition", "offset"])
-    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
-
-
-def caught_up(query, broker, topic) -> bool:
-    import json
-
-    last = query.lastProgress
-    if not last:
-        return False
-    positions = json.loads(last["sources"][0]["endOffset"])["positions"].get(topic, {})
-    return positions == {str(p): o for p, o in log_end_offsets(broker, topic).items()}
 
 
 def last_batch(handle) -> int:

@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pyspark
 import pytest
 
 from backlog_source.testing.otlp_receiver import OtlpReceiver
@@ -21,7 +20,14 @@ from tests.wheel.wheel_env import ENV, ensure_installed
 
 pytestmark = pytest.mark.integration
 
-SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def spark_class(python: Path) -> Path:
+    """``bin/spark-class`` of the pyspark installed for ``python``: the master and worker must
+    run the driver's Spark version (the wheel's environment picks its own pyspark)."""
+    home = subprocess.run([str(python), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return Path(home) / "bin" / "spark-class"
 
 
 def free_port() -> int:
@@ -46,10 +52,11 @@ def standalone_cluster(tmp_path, wheel_python):
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("master", "worker")}
-    master = subprocess.Popen([str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+    launcher = str(spark_class(wheel_python))
+    master = subprocess.Popen([launcher, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(free_port())],
                               env=env, stdout=logs["master"], stderr=subprocess.STDOUT)
-    worker = subprocess.Popen([str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+    worker = subprocess.Popen([launcher, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
                                "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
                                "--work-dir", str(tmp_path / "work")],
                               env=env, stdout=logs["worker"], stderr=subprocess.STDOUT)
