@@ -407,5 +407,9 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
     if resume < r.end:
-        consumer.seek(TopicPartition(r.topic, r.partition, resume))
+        # Not seek(): librdkafka keeps a partition whose fetch failed out of range in an error
+        # state and refuses a seek on it ("Local: Erroneous state"); assigned afresh, it
+        # fetches from ``resume``.
+        consumer.incremental_unassign([TopicPartition(r.topic, r.partition)])
+        consumer.incremental_assign([TopicPartition(r.topic, r.partition, resume)])
     return resume

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from backlog_core.buckets import Bucket
 from enumerator.kafka_offsets import TopicIdentity
@@ -141,6 +141,10 @@ class FakeConsumer:
         self.assigned: list[list[tuple[str, int, int]]] = []
         self.paused: set[tuple[str, int]] = set()
         self.seeks: list[tuple[str, int, int]] = []
+        self.reassigned: list[tuple[str, int, int]] = []  # incremental_assign after an error
+        # Partitions whose fetch failed out of range: librdkafka refuses seek() on them
+        # ("Local: Erroneous state") until they are assigned again.
+        self.erroneous: set[tuple[str, int]] = set()
         self.created = 0
         self.closed = False
         self.watermarks = watermarks
@@ -166,7 +170,19 @@ class FakeConsumer:
         self.paused -= {(tp.topic, tp.partition) for tp in partitions}
 
     def seek(self, tp):
+        if (tp.topic, tp.partition) in self.erroneous:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"Failed to seek to offset {tp.offset}: Local: "
+                                            "Erroneous state"))
         self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def incremental_unassign(self, partitions):
+        for tp in partitions:
+            self.erroneous.discard((tp.topic, tp.partition))
+
+    def incremental_assign(self, partitions):
+        for tp in partitions:
+            self.erroneous.discard((tp.topic, tp.partition))
+            self.reassigned.append((tp.topic, tp.partition, tp.offset))
 
     def consume(self, num, timeout):
         self.asked.append(num)
@@ -174,6 +190,8 @@ class FakeConsumer:
             step = self.script.pop(0)
             if isinstance(step, Exception):
                 raise step
+            self.erroneous |= {(m.topic(), m.partition()) for m in step if m.error() is not None
+                               and m.error().code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)}
             return step
         if self.clock:
             self.clock.advance(timeout)

@@ -89,7 +89,9 @@ def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
     )
     batches = read(split(("t", 0, 5, 22)), consumer, settings)
     assert offsets_read(batches) == [20, 21]
-    assert consumer.seeks == [("t", 0, 20)]
+    # Assigned again at the earliest offset: librdkafka refuses a seek() on a partition whose
+    # fetch failed out of range ("Local: Erroneous state", seen on Apache Kafka).
+    assert consumer.reassigned == [("t", 0, 20)] and consumer.seeks == []
 
 
 @pytest.mark.parametrize("watermarks, reason", [
