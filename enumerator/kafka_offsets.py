@@ -316,13 +316,29 @@ class KafkaOffsetsClient:
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
-                return  # another query created it first
-            raise ControlTopicError(
-                f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
-                f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
-                "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
-            ) from None
+            if _error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another query created it first
+                raise ControlTopicError(
+                    f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
+                    f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
+                    "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
+                ) from None
+        self._await_leaders(topic)
+
+    def _await_leaders(self, topic: str) -> None:
+        """Wait until every partition of a topic just created has a leader, within
+        ``kafka.default.api.timeout.ms``. On a cluster of several brokers a new topic's
+        leaders take a moment to reach every broker, and this client's metadata cache kept
+        "no leader" for the topic: the ListOffsets that follows failed every retry ("Failed to
+        query partition leaders: No leaders found"). Describing the topic refreshes the cache."""
+        def request(timeout_s: float) -> None:
+            description = self._client().describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+            partitions = description.result(timeout=timeout_s).partitions
+            leaderless = [p.id for p in partitions if p.leader is None or p.leader.id < 0]
+            if leaderless:
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                f"partitions {leaderless} of {topic} have no leader yet"))
+
+        self._call(f"waiting for the leaders of the new topic {topic!r}", request)
 
 
 def _error_code(exc: KafkaException) -> int | None:

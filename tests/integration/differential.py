@@ -37,6 +37,9 @@ class Collected:
 
     batches: list[list[tuple]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _hold: threading.Event = field(default_factory=threading.Event)
+    _held: threading.Event = field(default_factory=threading.Event)
+    _release: threading.Event = field(default_factory=threading.Event)
 
     def add(self, batch_df, batch_id: int) -> None:
         rows = sorted((row_tuple(r) for r in batch_df.collect()), key=lambda r: (r[2], r[3], r[4]))
@@ -44,6 +47,25 @@ class Collected:
             while len(self.batches) <= batch_id:
                 self.batches.append([])
             self.batches[batch_id] = rows
+        if self._hold.is_set() and rows:
+            # The query cannot plan its next batch while this one is in the sink: whatever
+            # the test does to Kafka meanwhile is all there when the next plan looks.
+            self._hold.clear()
+            self._held.set()
+            self._release.wait(300)
+
+    def hold_next_batch(self) -> None:
+        """The next non-empty batch waits in the sink until :meth:`release`."""
+        self._release.clear()
+        self._held.clear()
+        self._hold.set()
+
+    def wait_held(self, timeout_s: float = 120) -> None:
+        if not self._held.wait(timeout_s):
+            raise TimeoutError(f"no batch reached the sink within {timeout_s:.0f} s")
+
+    def release(self) -> None:
+        self._release.set()
 
     def rows(self) -> list[tuple]:
         with self.lock:

@@ -197,10 +197,12 @@ def test_timestamps_without_a_record_at_or_after_them_are_none():
     assert offsets_client.offsets_for_timestamps({A0: 1, A1: 2}) == {A0: 12, A1: None}
 
 
-def describe(known: dict[str, int], topic_id="id-1"):
+def describe(known: dict[str, int], topic_id="id-1", leader: int = 1):
     def answer(topics):
-        return {name: future(SimpleNamespace(partitions=[0] * known[name], topic_id=topic_id)) if name in known
-                else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
+        return {name: future(SimpleNamespace(partitions=[SimpleNamespace(id=p, leader=SimpleNamespace(id=leader))
+                                                         if leader >= 0 else SimpleNamespace(id=p, leader=None)
+                                                         for p in range(known[name])], topic_id=topic_id))
+                if name in known else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
     return answer
 
 
@@ -237,9 +239,29 @@ def test_ensure_topic_creates_only_a_missing_topic_and_tolerates_a_race():
 
     offsets_client, _, _ = client([describe({"_events": 1})])
     offsets_client.ensure_topic("_events", 1)  # exists: nothing created
-    offsets_client, _, _ = client([describe({}), create(future(error=failed(KafkaError.TOPIC_ALREADY_EXISTS)))])
+    offsets_client, _, _ = client([describe({}), create(future(error=failed(KafkaError.TOPIC_ALREADY_EXISTS))),
+                                   describe({"_events": 1})])
     offsets_client.ensure_topic("_events", 1)  # another query created it first
     assert created == ["_events"]
+
+
+def test_a_created_topic_is_ready_only_once_its_partitions_have_leaders():
+    """On a cluster of several brokers a new topic has no leader for a moment, and the admin
+    client's cached metadata kept it that way: the ListOffsets right after failed every retry
+    (seen on three Apache Kafka brokers). ensure_topic returns once describing the topic shows
+    a leader for every partition."""
+    created = []
+    offsets_client, admin, clock = client([
+        describe({}),
+        lambda topics: {t.topic: created.append(t.topic) or future(None) for t in topics},
+        describe({"_events": 1}, leader=-1),
+        describe({"_events": 1}, leader=2),
+    ])
+    offsets_client.ensure_topic("_events", 1)
+    assert created == ["_events"]
+    assert [what for what, _ in admin.requests] == ["describe_topics", "create_topics", "describe_topics",
+                                                    "describe_topics"]
+    assert admin.script == []
 
 
 def test_ensure_topic_that_cannot_be_created_names_the_option():
