@@ -171,35 +171,53 @@ class KafkaOffsetsClient:
 
     def _call(self, what: str, request: Callable[[float], T]) -> T:
         """Run ``request(timeout_s)`` until it succeeds, a non-retriable error occurs, the
-        retries are used up or the deadline passed."""
+        retries are used up or the deadline passed.
+
+        The deadline (``kafka.default.api.timeout.ms``) is shared out: each attempt gets the
+        time left divided by the attempts left (at least 2 s, or all that is left), and a failed attempt drops the admin client,
+        so the next one starts from fresh metadata, as Spark's ``withRetries`` resets its
+        admin. A request to a broker that died waited out the whole deadline in one attempt
+        (librdkafka keeps sending to the cached leader), although the partition had a new
+        leader seconds later (seen on three Apache Kafka brokers)."""
         policy = self._policy
         deadline = self._clock() + policy.timeout_ms / 1000
-        for attempt in range(1, policy.num_retries + 2):
+        attempts = policy.num_retries + 1
+        for attempt in range(1, attempts + 1):
             remaining = deadline - self._clock()
+            share = max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
             try:
-                return request(max(remaining, 0.001))
+                return request(max(share, 0.001))
             except KafkaException as exc:
                 if _error_code(exc) in _NOT_RETRIABLE:
-                    raise ConfigError(
-                        f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
-                        "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
-                    ) from None
+                    raise self._refused(what, exc) from None
                 failure = exc
             except ConfigError:
                 raise  # the client could not even be created: retrying changes nothing
             except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
                 failure = exc
+            reason = self._reason(failure)
+            if _is_authentication_failure(self._failure.line if self._failure else None):
+                # Wrong credentials show up as a timeout, with the reason only in the
+                # connection log; retrying cannot fix them.
+                raise self._refused(what, failure) from None
+            self.close()
             remaining = deadline - self._clock()
             if attempt > policy.num_retries or remaining <= policy.retry_interval_ms / 1000:
                 raise KafkaUnavailableError(
                     f"{what} failed: no answer from Kafka at {self._kafka.bootstrap_servers} within "
                     f"{policy.timeout_ms} ms (kafka.default.api.timeout.ms; {attempt} attempt(s), "
-                    f"fetchOffset.numRetries={policy.num_retries}): {self._reason(failure)}. Check "
+                    f"fetchOffset.numRetries={policy.num_retries}): {reason}. Check "
                     "kafka.bootstrap.servers and that the brokers are reachable from the driver"
                 ) from None
-            log.warning("%s failed (attempt %d), retrying: %s", what, attempt, self._reason(failure))
+            log.warning("%s failed (attempt %d), retrying: %s", what, attempt, reason)
             self._sleep(policy.retry_interval_ms / 1000)
         raise AssertionError("unreachable")
+
+    def _refused(self, what: str, exc: BaseException) -> ConfigError:
+        return ConfigError(
+            f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
+            "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
+        )
 
     def _reason(self, exc: BaseException) -> str:
         text = _error_text(exc)
@@ -339,6 +357,18 @@ class KafkaOffsetsClient:
                                                 f"partitions {leaderless} of {topic} have no leader yet"))
 
         self._call(f"waiting for the leaders of the new topic {topic!r}", request)
+
+
+#: The shortest share of the deadline an attempt gets (when that much is left).
+_MIN_ATTEMPT_S = 2.0
+
+
+def _is_authentication_failure(connection_log_line: str | None) -> bool:
+    """librdkafka's log line of a failed connection says whether the broker refused the
+    credentials or the TLS handshake ("SASL authentication error: ...", "SSL handshake
+    failed")."""
+    line = (connection_log_line or "").lower()
+    return "authentication error" in line or "authentication failed" in line or "ssl handshake failed" in line
 
 
 def _error_code(exc: KafkaException) -> int | None:

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark
 from confluent_kafka.admin import AdminClient
 
 from backlog_core.errors import EmbeddedBrokerError
@@ -98,8 +99,6 @@ def spark_kafka_connector_jars() -> list[Path]:
     into ``.jvm/spark-kafka``, for ``spark.jars``. Raises :class:`EmbeddedBrokerError` when
     they are missing or built for another Spark version than the installed PySpark (Spark's
     internal classes move between versions)."""
-    import pyspark
-
     folder = _installed_folder(CONNECTOR_FOLDER, "spark-sql-kafka-0-10_2.13-*.jar", CONNECTOR_VARIABLE)
     [connector] = folder.glob("spark-sql-kafka-0-10_2.13-*.jar")
     version = connector.name.removeprefix("spark-sql-kafka-0-10_2.13-").removesuffix(".jar")

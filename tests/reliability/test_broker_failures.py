@@ -62,6 +62,18 @@ def committed_batches(handle) -> int:
     return -1 if progress is None else progress["batchId"]
 
 
+def catch_up(handles, cluster, topic) -> None:
+    """Wait until every query has read the topic to its log end; fail if one failed."""
+    for handle in handles:
+        wait_for(lambda h=handle: caught_up(h.query, cluster, topic) or h.query.exception(), 180, "catching up")
+        assert handle.query.exception() is None, handle.query.exception()
+
+
+def stop_all(handles) -> None:
+    for handle in handles:
+        handle.stop()
+
+
 def assert_exactly_once(cluster, topic, tmp_path, batches) -> None:
     expected = sum(log_end_offsets(cluster, topic).values())
     files = written_pairs(tmp_path / "out")
@@ -99,11 +111,9 @@ def test_kill_minus_nine_and_restart_mid_backlog_and_after_a_switch(spark, topic
             produce(cluster.bootstrap_servers, topic_name, [(p, None, b"after") for p in range(PARTITIONS)] * 100)
             pause = pause_after(handles, "batches after the restart in low latency")
             print(f"after the switch: broker back in {restart_s:.1f} s, two more batches {pause:.1f} s later")
-            for handle in handles:
-                wait_for(lambda h=handle: caught_up(h.query, cluster, topic_name), 120, "catching up")
+            catch_up(handles, cluster, topic_name)
         finally:
-            for handle in handles:
-                handle.stop()
+            stop_all(handles)
         assert_exactly_once(cluster, topic_name, tmp_path, batches)
 
 
@@ -125,11 +135,9 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
             assert moved != leader
             print(f"leader {leader} killed: partition 0 led by {moved}; two more batches of each query "
                   f"{time.monotonic() - killed_at:.1f} s after the kill ({pause:.1f} s)")
-            for handle in handles:
-                wait_for(lambda h=handle: caught_up(h.query, cluster, topic_name), 180, "catching up")
+            catch_up(handles, cluster, topic_name)
         finally:
-            for handle in handles:
-                handle.stop()
+            stop_all(handles)
         assert_exactly_once(cluster, topic_name, tmp_path, batches)
         offsets = json.loads(handles[0].query.lastProgress["sources"][0]["endOffset"])
         assert not offsets["processing_backlog"]

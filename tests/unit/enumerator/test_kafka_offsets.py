@@ -123,7 +123,8 @@ def test_retries_used_up_raise_kafka_unavailable_naming_servers_options_and_atte
 
 
 def test_one_deadline_bounds_every_attempt_together():
-    """Each attempt gets what is left of the deadline; none starts after it."""
+    """Each attempt gets its share of what is left of the deadline (at least 2 s, or all that
+    is left); none starts after it."""
     policy = RequestPolicy(timeout_ms=1_000, num_retries=10, retry_interval_ms=10)
     offsets_client, admin, _ = client([failed(KafkaError._TIMED_OUT)] * 11, policy, cost_s=0.4)
     with pytest.raises(KafkaUnavailableError, match="within 1000 ms"):
@@ -277,6 +278,40 @@ def test_a_pickled_client_reconnects_instead_of_carrying_its_admin_client():
     live = offsets_client._client()
     copy = pickle.loads(pickle.dumps(offsets_client))
     assert copy._admin is None and offsets_client._admin is live
+
+
+def test_attempts_share_the_deadline_and_each_retry_starts_from_a_fresh_client():
+    """A request to a broker that died waited out the whole deadline in one attempt, while the
+    partition had a new leader seconds later (three Apache Kafka brokers, leader killed): the
+    attempts share the deadline, and a failed one drops the admin client (and its cached
+    metadata), as Spark's withRetries resets its admin."""
+    clock = Clock()
+    made = []
+    admin = FakeAdmin([failed(KafkaError._TIMED_OUT), offsets({A0: 7})], clock)
+
+    def factory(config):
+        made.append(config)
+        return admin
+
+    offsets_client = KafkaOffsetsClient(KAFKA, RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10),
+                                        clock=clock, sleep=clock.sleep, admin_factory=factory)
+    assert offsets_client.latest_offsets([A0]) == {A0: 7}
+    assert len(made) == 2  # the retry asked through a new client
+    assert [timeout for _, timeout in admin.requests][0] == pytest.approx(7.5)  # 30 s over 4 attempts
+
+
+def test_wrong_credentials_seen_only_in_the_connection_log_are_not_retried():
+    """With a wrong SASL password librdkafka's request just times out; the reason is in its
+    connection log ("SASL authentication error: ..."). Retrying cannot fix it: the error
+    names the security options at once (seen on Apache Kafka with a SASL_PLAINTEXT listener)."""
+    offsets_client, admin, _ = client([failed(KafkaError._TIMED_OUT)] * 4)
+    offsets_client._client()
+    offsets_client._failure.logger.error("FAIL [rdkafka#producer-1] [thrd:x]: sasl_plaintext://h:1/bootstrap: SASL "
+                                         "authentication error: Authentication failed: Invalid username or password")
+    with pytest.raises(ConfigError, match=r"kafka\.security\.protocol, kafka\.sasl\.\*") as raised:
+        offsets_client.latest_offsets([A0])
+    assert "Invalid username or password" in str(raised.value)
+    assert len(admin.requests) == 1
 
 
 def test_the_admin_client_is_created_once_and_kept_across_calls():
