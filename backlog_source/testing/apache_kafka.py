@@ -407,6 +407,10 @@ def _write_config(node: KafkaNode, voters: str, nodes: int, advertised_port: int
         config["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
     else:
         config["controller.quorum.voters"] = voters
+        # As production clusters are set: topics created without a replication factor (the
+        # source's control topic among them) survive the loss of one broker.
+        config["default.replication.factor"] = "3"
+        config["min.insync.replicas"] = "2"
     for listener_settings in listeners.values():
         config.update(listener_settings)
     config.update(settings)

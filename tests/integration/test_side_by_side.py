@@ -8,6 +8,7 @@ here pins it.
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Producer
 
 from backlog_source.testing.broker import produce
 from tests.integration.differential import run_to_end, start
@@ -24,14 +25,19 @@ def test_process_all_available_waits_for_records_already_in_kafka(spark, broker,
     make_topic(broker, topic_name, 2)
     queries = {source: start(spark, source, broker.bootstrap_servers, {"subscribe": topic_name},
                              tmp_path / source, trigger={"processingTime": "0 seconds"})
-               for source in ("kafka", "backlog")}
+               for source in ("backlog", "kafka")}  # ours first: nothing to wait for before it
     try:
         for query, _ in queries.values():
             query.processAllAvailable()
+        # One producer kept open, as a user's test has it: produce and flush take a few
+        # milliseconds, well inside the 100 ms the idle-poll cache used to answer from.
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
         produced = 0
-        for round_ in range(5):
-            produced += produce(broker.bootstrap_servers, topic_name,
-                                [(p, None, f"r{round_}-{p}".encode()) for p in (0, 1, 1)])
+        for round_ in range(10):
+            for partition in (0, 1, 1):
+                producer.produce(topic_name, value=f"r{round_}-{partition}".encode(), partition=partition)
+            assert producer.flush(30) == 0
+            produced += 3
             for source, (query, collected) in queries.items():
                 query.processAllAvailable()
                 assert len(collected.rows()) == produced, (source, round_, collected.rows())
