@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh).
 JVM_STAMP := .jvm/.installed
 
-.PHONY: jvm test test-wheel test-unit test-integration demo bench bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
+.PHONY: jvm test test-wheel test-unit test-integration demo bench bench-versus bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -54,6 +54,9 @@ bench-latency: $(STAMP) $(JVM_STAMP)
 
 bench-tracing: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/tracing_cost.py
+
+bench-versus: $(STAMP) $(JVM_STAMP)
+	$(PY) benchmarks/versus_spark_kafka.py
 
 bench-snapshot: $(STAMP) $(JVM_STAMP)
 	$(PY) benchmarks/snapshot_bootstrap.py

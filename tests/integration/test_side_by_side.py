@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from backlog_source.testing.broker import produce
 from tests.integration.differential import run_to_end, start
-from tests.integration.helpers import make_topic
+from tests.integration.helpers import make_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +62,33 @@ def test_every_column_of_every_row_is_spark_s(spark, broker, topic_name, tmp_pat
                              tmp_path / include_headers)
         assert results["kafka"].rows() == results["backlog"].rows()
         assert len(results["backlog"].rows()) == 91
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_batch_alike(spark, broker, topic_name, tmp_path):
+    """`KafkaMicroBatchStream.delayBatch`: under minOffsetsPerTrigger a run's first batch runs
+    at once; later, fewer records than the minimum wait for maxTriggerDelay, and enough run at
+    once. Both sources make the same batches of the same rows: [10], [10] (delayed), [30]."""
+    make_topic(broker, topic_name, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+    options = {"subscribe": topic_name, "minOffsetsPerTrigger": 20, "maxTriggerDelay": "3s"}
+    queries = {source: start(spark, source, broker.bootstrap_servers, options, tmp_path / source,
+                             trigger={"processingTime": "200 milliseconds"}) for source in ("backlog", "kafka")}
+    try:
+        for query, _ in queries.values():
+            wait_for(lambda q=query: q.lastProgress is not None, 120, "the queries to run")
+        total = 0
+        for count in (10, 10, 30):
+            for n in range(count):
+                producer.produce(topic_name, value=f"{total + n}".encode(), partition=0)
+            assert producer.flush(30) == 0
+            total += count
+            for source, (query, collected) in queries.items():
+                wait_for(lambda q=query, c=collected: len(c.rows()) == total or q.exception(), 120,
+                         f"{source} to read {total} records")
+                assert query.exception() is None, query.exception()
+        sizes = {source: collected.non_empty_batch_sizes() for source, (_, collected) in queries.items()}
+        assert sizes["backlog"] == sizes["kafka"] == [10, 10, 30]
+        assert queries["backlog"][1].rows() == queries["kafka"][1].rows()
+    finally:
+        for query, _ in queries.values():
+            query.stop()

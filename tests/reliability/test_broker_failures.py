@@ -109,9 +109,11 @@ def test_kill_minus_nine_and_restart_mid_backlog_and_after_a_switch(spark, topic
             cluster.kill()  # right after the switch
             restart_s = cluster.restart()
             produce(cluster.bootstrap_servers, topic_name, [(p, None, b"after") for p in range(PARTITIONS)] * 100)
-            pause = pause_after(handles, "batches after the restart in low latency")
-            print(f"after the switch: broker back in {restart_s:.1f} s, two more batches {pause:.1f} s later")
+            # Caught up is the condition here: 300 new records may well be one batch.
+            started = time.monotonic()
             catch_up(handles, cluster, topic_name)
+            print(f"after the switch: broker back in {restart_s:.1f} s, the new records read "
+                  f"{time.monotonic() - started:.1f} s later")
         finally:
             stop_all(handles)
         assert_exactly_once(cluster, topic_name, tmp_path, batches)
