@@ -2,10 +2,10 @@
 
 Which process: a Python worker on an executor. One consumer per split, created for it and
 closed when it is done. Reusing consumers across tasks (Spark's Kafka source pools them)
-was measured and left out (``benchmarks/consumer_reuse.py``): a fresh consumer reads a
-small split in a few milliseconds; a reused one first waits out the fetch the broker is
-still holding for it (``fetch.wait.max.ms``, ~240 ms measured), saves ~3 ms only with a
-10 ms fetch wait (up to 100 idle fetches per second and partition), must be resumed by
+was measured and left out (``benchmarks/consumer_reuse.py``): on Apache Kafka a fresh
+consumer reads a small split in ~20 ms, a reused one in ~7 ms (on the embedded broker a
+reused one first waited out a fetch the broker held, ~240 ms); ~12 ms of a ~250 ms batch
+did not pay for the risks: a pooled consumer must be resumed by
 hand (librdkafka keeps a partition's pause flag across unassign/assign: the next split
 stalled), and a consumer kept while a topic it had read is deleted crashed its Python
 worker (SIGSEGV in librdkafka 2.16.1), even paused.
