@@ -30,15 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def spark_session():
+def spark_session(jars: list | None = None):
     """A local session with Spark's defaults (2 cores here), the source registered, and
-    Python workers running this interpreter."""
+    Python workers running this interpreter. ``jars``: for ``spark.jars`` (Spark's Kafka
+    connector, which a user of ``format("kafka")`` adds too)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
 
-    spark = SparkSession.builder.master("local[*]").getOrCreate()
+    builder = SparkSession.builder.master("local[*]")
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BacklogDataSource)
     return spark

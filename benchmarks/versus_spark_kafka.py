@@ -31,28 +31,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import first_trigger_at, machine, median_and_spread, run_available_now, with_spread, write_results  # noqa: E402
+from common import (  # noqa: E402
+    first_trigger_at,
+    machine,
+    median_and_spread,
+    run_available_now,
+    spark_session,
+    with_spread,
+    write_results,
+)
 from mode_switch import rotated  # noqa: E402
 
 from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka  # noqa: E402
 from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 SOURCES = ["kafka", "backlog"]
-
-
-def session():
-    import os
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from backlog_source import BacklogDataSource
-
-    spark = (SparkSession.builder.master("local[*]")
-             .config("spark.jars", ",".join(str(j) for j in spark_kafka_connector_jars())).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BacklogDataSource)
-    return spark
 
 
 def drain(spark, source: str, bootstrap: str, topic: str, expected: int) -> dict:
@@ -86,7 +79,7 @@ def main() -> None:
         total = produce(broker.bootstrap_servers, topic,
                         ((i % args.partitions, b"k%d" % (i % 1000), value) for i in range(args.records)))
         print(f"produced {total:,} records in {time.perf_counter() - t0:.1f} s")
-        spark = session()
+        spark = spark_session(jars=spark_kafka_connector_jars())
         for source in SOURCES:  # warm-up: JVM, Python workers, the connector's classes
             drain(spark, source, broker.bootstrap_servers, topic, total)
         runs: dict[str, list[dict]] = {s: [] for s in SOURCES}

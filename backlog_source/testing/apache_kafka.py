@@ -146,6 +146,7 @@ def _java() -> str:
 
 
 def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

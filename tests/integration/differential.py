@@ -92,12 +92,12 @@ def start(spark, source: str, bootstrap: str, options: dict, checkpoint, *, trig
     return query, collected
 
 
-def run_to_end(spark, bootstrap: str, options: dict, tmp_path, *, trigger: dict | None = None,
-               backlog_only: dict | None = None, timeout_s: float = 180) -> dict[str, Collected]:
-    """Both sources, one after the other, with an ending trigger (AvailableNow by default);
-    returns ``{"kafka": ..., "backlog": ...}``. A query that fails raises its error, tagged
-    with the source."""
-    results = {}
+def outcome(spark, bootstrap: str, options: dict, tmp_path, *, trigger: dict | None = None,
+            backlog_only: dict | None = None, timeout_s: float = 180) -> dict[str, "Collected | SourceFailed"]:
+    """Both sources, one after the other, each on its own checkpoint under ``tmp_path``, with
+    an ending trigger (AvailableNow by default). A failure is an outcome too: ``{"kafka":
+    Collected or SourceFailed, "backlog": ...}``. Raises TimeoutError if a query does not end."""
+    results: dict[str, Collected | SourceFailed] = {}
     for source in ("kafka", "backlog"):
         query, collected = start(spark, source, bootstrap, options, tmp_path / f"ckpt-{source}",
                                  trigger=trigger or {"availableNow": True}, backlog_only=backlog_only)
@@ -105,27 +105,19 @@ def run_to_end(spark, bootstrap: str, options: dict, tmp_path, *, trigger: dict 
             _await(query, timeout_s)
             if query.isActive:
                 raise TimeoutError(f"format({source!r}) did not end within {timeout_s:.0f} s")
-            if query.exception() is not None:
-                raise SourceFailed(source, str(query.exception()))
-        finally:
-            query.stop()
-        results[source] = collected
-    return results
-
-
-def outcome(spark, bootstrap: str, options: dict, tmp_path, **kwargs) -> dict[str, object]:
-    """Like :func:`run_to_end`, but a failure is an outcome too: ``{"kafka": Collected or
-    SourceFailed, "backlog": ...}``, each source run separately."""
-    results: dict[str, object] = {}
-    for source in ("kafka", "backlog"):
-        query, collected = start(spark, source, bootstrap, options, tmp_path / f"ckpt-{source}",
-                                 trigger=kwargs.get("trigger") or {"availableNow": True},
-                                 backlog_only=kwargs.get("backlog_only"))
-        try:
-            _await(query, kwargs.get("timeout_s", 180))
             results[source] = SourceFailed(source, str(query.exception())) if query.exception() else collected
         finally:
             query.stop()
+    return results
+
+
+def run_to_end(spark, bootstrap: str, options: dict, tmp_path, **kwargs) -> dict[str, Collected]:
+    """Like :func:`outcome`, where both sources must succeed: a failure is raised, tagged
+    with its source."""
+    results = outcome(spark, bootstrap, options, tmp_path, **kwargs)
+    for result in results.values():
+        if isinstance(result, SourceFailed):
+            raise result
     return results
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from backlog_source.testing.apache_kafka import free_port
 from backlog_source.testing.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, wait_for
 from tests.reliability.test_crashes import JOB, job_log
@@ -28,12 +28,6 @@ def spark_class(python: Path) -> Path:
     home = subprocess.run([str(python), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     return Path(home) / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
