@@ -11,7 +11,9 @@ for every batch of the run), and never pickled.
 Every call is bounded by one deadline, ``kafka.default.api.timeout.ms`` (30 s by default),
 retries included, as Spark's Kafka source bounds its driver requests by the Java client's
 setting of that name. Inside the deadline a failed request is retried
-``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart. Errors that
+``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart, and a request
+that fails fast ("not leader for partition" from a broker that just came back) is asked
+again inside its attempt, as the Java admin client does (:meth:`KafkaOffsetsClient._call`). Errors that
 retrying cannot fix (a rejected configuration, failed authentication, missing
 authorization) are raised at once. Each offsets call is one batched ``ListOffsets`` request
 for all buckets (per broker), not one request per partition.
@@ -24,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from confluent_kafka import IsolationLevel as KafkaIsolation
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -173,34 +175,38 @@ class KafkaOffsetsClient:
         """Run ``request(timeout_s)`` until it succeeds, a non-retriable error occurs, the
         retries are used up or the deadline passed.
 
-        The deadline (``kafka.default.api.timeout.ms``) is shared out: each attempt gets the
-        time left divided by the attempts left (at least 2 s, or all that is left), and a failed attempt drops the admin client,
-        so the next one starts from fresh metadata, as Spark's ``withRetries`` resets its
-        admin. A request to a broker that died waited out the whole deadline in one attempt
-        (librdkafka keeps sending to the cached leader), although the partition had a new
-        leader seconds later (seen on three Apache Kafka brokers)."""
+        The deadline (``kafka.default.api.timeout.ms``) is shared out among the attempts
+        (``fetchOffset.numRetries`` + 1): each gets the time left divided by the attempts left
+        (at least 2 s, or all that is left). A request to a broker that died waited out the
+        whole deadline in one attempt (librdkafka keeps sending to the cached leader), although
+        the partition had a new leader seconds later (seen on three Apache Kafka brokers).
+
+        Inside its share an attempt asks again, after a backoff, whenever a request fails
+        fast: a broker that just came back answers "not leader for partition" at once for
+        its first seconds (~2 s here after a 15 s pause, longer under load), and four
+        attempts spent in 50 ms failed the query. The Java admin client behind Spark's Kafka
+        source retries such answers inside each call the same way, until its timeout
+        (``retry.backoff.ms`` 100 ms, doubling to ``retry.backoff.max.ms`` 1 s: the same
+        here). Every failed request drops the admin client, so the next one starts from
+        fresh metadata, as Spark's ``withRetries`` resets its admin."""
         policy = self._policy
         deadline = self._clock() + policy.timeout_ms / 1000
         attempts = policy.num_retries + 1
         for attempt in range(1, attempts + 1):
             remaining = deadline - self._clock()
-            share = max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
-            try:
-                return request(max(share, 0.001))
-            except KafkaException as exc:
-                if _error_code(exc) in _NOT_RETRIABLE:
-                    raise self._refused(what, exc) from None
-                failure = exc
-            except ConfigError:
-                raise  # the client could not even be created: retrying changes nothing
-            except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
-                failure = exc
-            reason = self._reason(failure)
-            if _is_authentication_failure(self._failure.line if self._failure else None):
-                # Wrong credentials show up as a timeout, with the reason only in the
-                # connection log; retrying cannot fix them.
-                raise self._refused(what, failure) from None
-            self.close()
+            share_end = self._clock() + max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
+            backoff = _BACKOFF_S
+            while True:
+                failure = self._try(what, request, max(share_end - self._clock(), 0.001))
+                if not isinstance(failure, BaseException):
+                    return failure.value
+                reason = self._reason(failure)
+                self.close()
+                if self._clock() + backoff >= share_end:
+                    break
+                log.debug("%s failed fast, asking again in %.1f s: %s", what, backoff, reason)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
             remaining = deadline - self._clock()
             if attempt > policy.num_retries or remaining <= policy.retry_interval_ms / 1000:
                 raise KafkaUnavailableError(
@@ -213,16 +219,39 @@ class KafkaOffsetsClient:
             self._sleep(policy.retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 
+    def _try(self, what: str, request: Callable[[float], T], timeout_s: float) -> "_Answer[T] | BaseException":
+        """One request: its answer, or the retriable failure. Raises what retrying cannot fix."""
+        try:
+            return _Answer(request(timeout_s))
+        except KafkaException as exc:
+            if _error_code(exc) in _NOT_RETRIABLE:
+                raise self._refused(what, exc) from None
+            failure: BaseException = exc
+        except ConfigError:
+            raise  # the client could not even be created: retrying changes nothing
+        except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
+            failure = exc
+        self._serve_log()
+        if _is_authentication_failure(self._failure.line if self._failure else None):
+            # Wrong credentials show up as a timeout, with the reason only in the
+            # connection log; retrying cannot fix them.
+            raise self._refused(what, failure) from None
+        return failure
+
     def _refused(self, what: str, exc: BaseException) -> ConfigError:
         return ConfigError(
             f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
             "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
         )
 
+    def _serve_log(self) -> None:
+        """Hand librdkafka's queued log lines to :class:`_LastFailure`."""
+        if self._admin is not None:
+            self._admin.poll(0)
+
     def _reason(self, exc: BaseException) -> str:
         text = _error_text(exc)
-        if self._admin is not None:
-            self._admin.poll(0)  # serve librdkafka's log queue into _LastFailure
+        self._serve_log()
         if self._failure is not None and self._failure.line:
             text = f"{text} (last connection error: {self._failure.line})"
         return self._kafka.redact(text)
@@ -361,6 +390,16 @@ class KafkaOffsetsClient:
 
 #: The shortest share of the deadline an attempt gets (when that much is left).
 _MIN_ATTEMPT_S = 2.0
+#: The first wait before a request that failed fast is asked again inside its attempt, and the
+#: longest (the Java client's retry.backoff.ms and retry.backoff.max.ms defaults).
+_BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
+
+
+@dataclass(frozen=True)
+class _Answer(Generic[T]):
+    """A request's answer, told apart from a failure :meth:`KafkaOffsetsClient._try` returns."""
+
+    value: T
 
 
 def _is_authentication_failure(connection_log_line: str | None) -> bool:
