@@ -367,7 +367,12 @@ def _vanished(consumer, r: KafkaRange, config: ReaderConfig) -> bool:
     except Exception:
         return False  # cannot tell: keep trying until pollTimeoutMs
     topic = metadata.topics.get(r.topic)
-    return topic is None or topic.error is not None or r.partition not in topic.partitions
+    if topic is not None and topic.error is not None:
+        # Only "unknown topic" says it is gone; "leader not available" and the like are a
+        # cluster in motion, and taken for deletion they failed the read as data loss, or
+        # skipped the rest of the range with failOnDataLoss=false.
+        return topic.error.code() in _UNKNOWN_TOPIC_CODES
+    return topic is None or r.partition not in topic.partitions
 
 
 def _handle_vanished(r: KafkaRange, position: int, config: ReaderConfig) -> int:
@@ -388,14 +393,24 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
     What is skipped is decided from the partition's offsets, so they must be real answers:
     a failed or invalid one (see :mod:`backlog_core.offset_answers`) raises
     :class:`KafkaUnavailableError` instead of skipping on a guess."""
+    tp = TopicPartition(r.topic, r.partition)
     try:
-        low, high = watermarks(consumer, TopicPartition(r.topic, r.partition), config.poll_timeout_ms / 1000)
+        low, high = watermarks(consumer, tp, config.poll_timeout_ms / 1000)
     except Exception as exc:  # KafkaException (timed out, broker down) or NoValidOffsets
         raise KafkaUnavailableError(
             f"offset {position} of {r.bucket} is out of range, and asking Kafka for its earliest and latest "
             f"offsets failed within kafkaConsumer.pollTimeoutMs ({config.poll_timeout_ms} ms): "
             f"{config.kafka.redact(str(exc))}"
         ) from None
+    if low <= position < high:
+        # Kafka has the offset after all (Spark's KafkaDataConsumer: "Found a disappeared
+        # offset"; a topic re-created and refilled fast, a leader in motion). Skipping to the
+        # range's end here dropped records that exist; read it again instead. If it keeps
+        # failing, no progress for kafkaConsumer.pollTimeoutMs fails the read.
+        log.warning("offset %d of %s was answered out of range, but Kafka holds [%d, %d): reading it again",
+                    position, r.bucket, low, high)
+        _assign_afresh(consumer, tp, position)
+        return position
     # Below the earliest offset: retention deleted records. At or past the log end: the
     # topic was re-created or truncated, and nothing of the rest of the range exists.
     resume = min(low, r.end) if low > position else r.end
@@ -407,9 +422,13 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
     if resume < r.end:
-        # Not seek(): librdkafka keeps a partition whose fetch failed out of range in an error
-        # state and refuses a seek on it ("Local: Erroneous state"); assigned afresh, it
-        # fetches from ``resume``.
-        consumer.incremental_unassign([TopicPartition(r.topic, r.partition)])
-        consumer.incremental_assign([TopicPartition(r.topic, r.partition, resume)])
+        _assign_afresh(consumer, tp, resume)
     return resume
+
+
+def _assign_afresh(consumer, tp: TopicPartition, offset: int) -> None:
+    """Fetch ``tp`` from ``offset`` next. Not seek(): librdkafka keeps a partition whose fetch
+    failed out of range in an error state and refuses a seek on it ("Local: Erroneous
+    state"); assigned afresh, it fetches from ``offset``."""
+    consumer.incremental_unassign([tp])
+    consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, offset)])

@@ -94,6 +94,22 @@ def test_out_of_range_skips_to_earliest_when_loss_is_allowed():
     assert consumer.reassigned == [("t", 0, 20)] and consumer.seeks == []
 
 
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_an_out_of_range_answer_for_an_offset_kafka_holds_reads_it_again(fail_on_data_loss):
+    """Spark's KafkaDataConsumer reads "a disappeared offset" again when it lies between the
+    earliest and latest offsets. Taken for deleted records it failed the read, or with
+    failOnDataLoss=false skipped the rest of the range: records that exist, lost."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                              "failOnDataLoss": fail_on_data_loss}).reader_config
+    consumer = FakeConsumer(
+        [[Msg(5)], [Msg(-1001, error=Err(KafkaError.OFFSET_OUT_OF_RANGE))], [Msg(6), Msg(7)], [eof(8)]],
+        watermarks=(0, 40),
+    )
+    batches = read(split(("t", 0, 5, 8)), consumer, settings)
+    assert offsets_read(batches) == [5, 6, 7]
+    assert consumer.reassigned == [("t", 0, 6)] and consumer.seeks == []
+
+
 @pytest.mark.parametrize("watermarks, reason", [
     ((-1001, -1001), r"no valid offsets \(answered -1001, -1001\)"),
     (KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermark offsets: Local: Timed out")),
@@ -161,6 +177,19 @@ def test_a_partition_deleted_mid_read_is_data_loss_or_skipped():
 def test_an_unknown_topic_error_that_metadata_does_not_confirm_is_transient():
     glitch = [[Msg(-1001, error=Err(KafkaError.UNKNOWN_TOPIC_OR_PART))]]
     batches = read(split(("t", 0, 0, 3)), FakeConsumer([[Msg(0)]] + glitch + [[Msg(1), Msg(2)]]))
+    assert offsets_read(batches) == [0, 1, 2]
+
+
+def test_a_topic_error_other_than_unknown_topic_in_metadata_is_not_a_deletion():
+    """A topic with "leader not available" in the metadata answer (a broker back from a pause,
+    a leader election) still exists: read as deleted, it failed the read as data loss."""
+    from types import SimpleNamespace
+
+    clock = FakeClock()
+    unknown = [[Msg(-1001, error=Err(KafkaError.UNKNOWN_TOPIC_OR_PART))]]
+    consumer = FakeConsumer([[Msg(0)]] + unknown + [[], [Msg(1), Msg(2)]], clock=clock)
+    consumer.topics_present = {"t": SimpleNamespace(error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE), partitions={})}
+    batches = read(split(("t", 0, 0, 3)), consumer, clock=clock)
     assert offsets_read(batches) == [0, 1, 2]
 
 
