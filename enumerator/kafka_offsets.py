@@ -53,6 +53,9 @@ _NOT_RETRIABLE = {
 }
 #: What describing a missing topic answers (broker error, or librdkafka's own).
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+#: Topic errors in a cluster listing that mean "not a topic this client reads": deleted since,
+#: not visible to it, or an invalid name. Any other topic error is transient and asked again.
+_NOT_LISTED = _UNKNOWN_TOPIC | {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION}
 
 
 @dataclass(frozen=True)
@@ -262,11 +265,17 @@ class KafkaOffsetsClient:
 
         def request(timeout_s: float) -> dict[str, int]:
             metadata = self._client().list_topics(timeout=timeout_s)
-            return {
-                name: len(topic.partitions)
-                for name, topic in metadata.topics.items()
-                if topic.error is None and not name.startswith("__")
-            }
+            counts = {}
+            for name, topic in metadata.topics.items():
+                if name.startswith("__") or (topic.error is not None and topic.error.code() in _NOT_LISTED):
+                    continue
+                if topic.error is not None:
+                    # A topic being created or moving leaders ("leader not available"): left
+                    # out, it would read as deleted (data loss) under subscribePattern. Asked
+                    # again, as the Java client retries a retriable topic error.
+                    raise KafkaException(topic.error)
+                counts[name] = len(topic.partitions)
+            return counts
 
         return self._call("listing topics", request)
 
