@@ -23,6 +23,14 @@ def last_batch(handle) -> int:
     return -1 if progress is None else progress["batchId"]
 
 
+def alive(handle) -> bool:
+    """True while the query runs; raises with its error once it failed, so a wait below ends
+    at once and says why (CI printed only "timed out" when it failed here)."""
+    if handle.query.exception() is not None:
+        raise AssertionError(f"the query failed: {handle.query.exception()}")
+    return True
+
+
 def outage(broker, seconds: float) -> None:
     broker.pause()
     try:
@@ -44,13 +52,14 @@ def test_fifteen_second_outages_mid_backlog_and_in_low_latency_are_ridden_out(sp
                  120, "a first high-throughput batch")
         assert handle.mode == "high-throughput"
         outage(broker, OUTAGE_S)  # mid-backlog
-        wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency after the outage")
-        wait_for(lambda: last_batch(handle) >= 0, 60, "a first low-latency batch")
+        wait_for(lambda: alive(handle) and handle.mode == "low-latency", 180,
+                 "the switch to low latency after the outage")
+        wait_for(lambda: alive(handle) and last_batch(handle) >= 0, 60, "a first low-latency batch")
         outage(broker, OUTAGE_S)  # in low-latency mode
         batches_before = last_batch(handle)
-        wait_for(lambda: last_batch(handle) >= batches_before + 3, 120, "batches after the outage")
+        wait_for(lambda: alive(handle) and last_batch(handle) >= batches_before + 3, 120, "batches after the outage")
         live.stop()
-        wait_for(lambda: caught_up(handle.query, broker, topic_name), 120, "catching up")
+        wait_for(lambda: alive(handle) and caught_up(handle.query, broker, topic_name), 120, "catching up")
         assert handle.query.exception() is None and handle.query.isActive
     finally:
         live.stop()
