@@ -1,0 +1,396 @@
+"""The main case against what a user would run instead: a job restarted after downtime.
+
+Issue 24, benchmark 1. Per run, on a fresh topic of 8 partitions on Apache Kafka:
+
+1. the job's earlier life: 1,000 records, read by the same query (same source and options)
+   with ``Trigger.AvailableNow``, so its checkpoint ends at the log end;
+2. downtime: ``--backlog`` records (2M) are written;
+3. the restart: the query starts again on that checkpoint, and ``--rate`` records/s (1,000)
+   of live traffic start with it and run for ``--live-seconds`` (120), as traffic goes on
+   while a restarted job catches up.
+
+Configurations (Spark's defaults, the sink ``noop`` or, with ``--query stateful``, a windowed
+count with the RocksDB state store appended to Parquet, where every batch costs more):
+
+* ``backlog-adaptive``: ``format("backlog")`` with ``start_backlog_aware(writer, "0 seconds",
+  "250 milliseconds")``, ``backlog.maxOffsetsPerTrigger`` 5M and ``maxOffsetsPerTrigger`` 50k;
+* ``backlog-fixed-0s``: ``format("backlog")`` with the same read limits and a fixed ``0 seconds``
+  trigger, no listener (the source's backlog read limit alone);
+* ``kafka-no-limit-0s``: ``format("kafka")`` as a user gets it (no read limit: the whole
+  backlog in one batch), ``0 seconds`` trigger;
+* ``kafka-50k-0s`` and ``kafka-50k-1s``: ``maxOffsetsPerTrigger`` 50k (sized for live
+  traffic), ``0 seconds`` and ``1 second`` triggers;
+* ``kafka-500k-0s``: a large limit, 500k, ``0 seconds``.
+
+Figures per run: drain (the start call -> the batch that reaches the log end of the restart
+moment committed), live latency p50/p99 of the records produced after the drain (produce
+timestamp -> batch committed, ``common.py``), the largest batch (records, seconds), and peak
+memory sampled every 0.5 s: the JVM's heap in use (driver and executor are one JVM in
+``local[*]``) and the resident memory of its Python processes (workers and the streaming
+source's driver-side runner). One warm-up query per source first; ``--runs`` rounds in
+rotated order; medians with the spread (min-max); every run in the JSON.
+
+Targets (issue 24): no ``format("kafka")`` configuration better on both drain and p99; drain
+<= 1.0x the fastest ``format("kafka")`` drain; p99 <= 1.1x the best ``format("kafka")`` p99.
+
+Usage::
+
+    .venv/bin/python benchmarks/restart_after_downtime.py [--runs 3] [--backlog 2000000] [--live-seconds 120]
+        [--query noop|stateful]
+
+Writes ``benchmarks/results/restart_after_downtime_<query>.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    RESULTS,
+    ProgressLog,
+    batch_ends,
+    log_end_offsets,
+    machine,
+    median_and_spread,
+    percentile,
+    spark_session,
+    start_producer,
+    timed_latencies,
+    timestamp_s,
+    wait_until,
+    with_spread,
+    write_results,
+)
+from mode_switch import commit_time_reaching, rotated  # noqa: E402
+
+from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka  # noqa: E402
+from backlog_source.testing.broker import create_topic, produce  # noqa: E402
+
+PARTITIONS = 8
+HISTORY = 1_000
+CONFIGS: dict[str, dict] = {
+    "backlog-adaptive": {"source": "backlog", "adaptive": ("0 seconds", "250 milliseconds"),
+                         "options": {"backlog.maxOffsetsPerTrigger": "5000000", "maxOffsetsPerTrigger": "50000"}},
+    "backlog-fixed-0s": {"source": "backlog", "trigger": "0 seconds",
+                         "options": {"backlog.maxOffsetsPerTrigger": "5000000", "maxOffsetsPerTrigger": "50000"}},
+    "kafka-no-limit-0s": {"source": "kafka", "trigger": "0 seconds", "options": {}},
+    "kafka-50k-0s": {"source": "kafka", "trigger": "0 seconds", "options": {"maxOffsetsPerTrigger": "50000"}},
+    "kafka-50k-1s": {"source": "kafka", "trigger": "1 second", "options": {"maxOffsetsPerTrigger": "50000"}},
+    "kafka-500k-0s": {"source": "kafka", "trigger": "0 seconds", "options": {"maxOffsetsPerTrigger": "500000"}},
+}
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class MemorySampler:
+    """Peak JVM heap in use and peak resident memory of the JVM's Python child processes,
+    sampled every ``interval_s`` from a thread while a run lasts."""
+
+    def __init__(self, spark, interval_s: float = 0.5) -> None:
+        jvm = spark.sparkContext._jvm
+        self._memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+        self._jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.heap_peak_mib = 0.0
+        self.python_peak_mib = 0.0
+        #: The Python processes' memory when the run started (idle workers of earlier queries stay).
+        self.python_start_mib = _descendants_rss_mib(self._jvm_pid)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                heap = self._memory.getHeapMemoryUsage().getUsed() / 2**20
+                self.heap_peak_mib = max(self.heap_peak_mib, heap)
+            except Exception:  # the gateway is busy shutting down; a sample less
+                pass
+            self.python_peak_mib = max(self.python_peak_mib, _descendants_rss_mib(self._jvm_pid))
+            self._stop.wait(self._interval_s)
+
+
+def _descendants_rss_mib(root: int) -> float:
+    """Resident memory of every process below ``root`` (its Python workers), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total_kib, pending = 0, list(children.get(root, []))
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        total_kib += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kib / 1024
+
+
+def source_frame(spark, config: dict, bootstrap: str, topic: str, query: str):
+    df = (spark.readStream.format(config["source"]).option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest").options(**config["options"]).load())
+    if query == "stateful":
+        from pyspark.sql.functions import window
+
+        df = df.selectExpr("timestamp").withWatermark("timestamp", "10 seconds").groupBy(window("timestamp", "5 seconds")).count()
+    return df
+
+
+def writer_of(df, query: str, checkpoint: str, output: str):
+    writer = df.writeStream.option("checkpointLocation", checkpoint)
+    if query == "stateful":
+        return writer.format("parquet").outputMode("append").option("path", output)
+    return writer.format("noop")
+
+
+def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    return log_end_offsets(AdminClient({"bootstrap.servers": bootstrap}), topic, PARTITIONS)
+
+
+def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
+    from backlog_source import start_backlog_aware
+
+    config = CONFIGS[name]
+    topic = f"bench-restart-{name}-{time.time_ns()}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, ((i % PARTITIONS, b"k%d" % (i % 1000), b"h" * 100) for i in range(HISTORY)))
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint, output = f"{folder}/checkpoint", f"{folder}/out"
+        # The job's earlier life: its checkpoint ends at the log end.
+        earlier = writer_of(source_frame(spark, config, bootstrap, topic, args.query), args.query, checkpoint, output)
+        first = earlier.trigger(availableNow=True).start()
+        first.awaitTermination()
+        if first.exception() is not None:
+            raise RuntimeError(f"{name}: the earlier run failed: {first.exception()}")
+        # Downtime: the backlog builds up.
+        produce(bootstrap, topic, ((i % PARTITIONS, b"k%d" % (i % 1000), b"b" * 100) for i in range(args.backlog)))
+        backlog_ends = log_ends(bootstrap, topic)
+
+        writer = writer_of(source_frame(spark, config, bootstrap, topic, args.query), args.query, checkpoint, output)
+        handle = query = None
+        producer, out = start_producer(bootstrap, topic, PARTITIONS, args.rate, args.live_seconds)
+        with MemorySampler(spark) as memory:
+            called = time.time()
+            if "adaptive" in config:
+                handle = start_backlog_aware(writer, *config["adaptive"])
+                query_id = handle.query.id
+            else:
+                query = writer.trigger(processingTime=config["trigger"]).start()
+                query_id = query.id
+            try:
+                wait_until(lambda: commit_time_reaching(log.of(query_id), topic, backlog_ends) is not None, 900,
+                           f"{name}: the backlog was not drained")
+                delivered = out.get(timeout=args.live_seconds + 300)
+                producer.join(30)
+                live_ends: dict[int, int] = {}
+                for partition, offset, _ in delivered:
+                    live_ends[partition] = max(live_ends.get(partition, 0), offset + 1)
+                wait_until(lambda: commit_time_reaching(log.of(query_id), topic, live_ends) is not None, 300,
+                           f"{name}: the live traffic was not read")
+            finally:
+                running = handle.query if handle is not None else query
+                failure = running.exception() if running is not None and not running.isActive else None
+                if handle is not None:
+                    handle.stop()
+                elif query is not None:
+                    query.stop()
+            if failure is not None:
+                raise RuntimeError(f"{name}: the query failed: {failure}")
+
+    progress = [p for p in log.of(query_id) if p["numInputRows"]]
+    drained_at = commit_time_reaching(progress, topic, backlog_ends)
+    after_drain = [latency for produced, latency in timed_latencies(topic, progress, delivered) if produced >= drained_at]
+    largest = max(progress, key=lambda p: p["numInputRows"])
+    slowest = max(progress, key=lambda p: p["durationMs"]["triggerExecution"])
+    result = {
+        "drain_s": drained_at - called,
+        "live_records_after_drain": len(after_drain),
+        "latency_p50_s": percentile(after_drain, 0.50),
+        "latency_p99_s": percentile(after_drain, 0.99),
+        "largest_batch_records": largest["numInputRows"],
+        "largest_batch_s": largest["durationMs"]["triggerExecution"] / 1000,
+        "slowest_batch_s": slowest["durationMs"]["triggerExecution"] / 1000,
+        "batches_to_drain": sum(1 for b in batch_ends(progress) if b["committed"] <= drained_at),
+        "batches_after": sum(1 for b in batch_ends(progress) if b["committed"] > drained_at),
+        "heap_peak_mib": memory.heap_peak_mib,
+        "python_rss_peak_mib": memory.python_peak_mib,
+        "python_rss_growth_mib": memory.python_peak_mib - memory.python_start_mib,
+        "batch_timeline": [{"start": timestamp_s(p["timestamp"]) - called,
+                            "seconds": p["durationMs"]["triggerExecution"] / 1000,
+                            "records": p["numInputRows"]} for p in progress],
+    }
+    if handle is not None:
+        result["switches"] = [{"to": t.to_mode, "apply_s": t.apply_seconds} for t in handle.transitions]
+    print(f"{name}: drained {result['drain_s']:.1f} s in {result['batches_to_drain']} batches; live p50 "
+          f"{result['latency_p50_s']:.2f} s, p99 {result['latency_p99_s']:.2f} s; largest batch "
+          f"{result['largest_batch_records']:,} records in {result['largest_batch_s']:.1f} s; heap peak "
+          f"{result['heap_peak_mib']:.0f} MiB, Python {result['python_rss_peak_mib']:.0f} MiB", flush=True)
+    return result
+
+
+def warm_up(spark, bootstrap: str, query: str) -> None:
+    """A small query per source first, so no configuration pays the JVM's, the connector's
+    or the Python workers' cold start."""
+    topic = f"bench-warm-up-{time.time_ns()}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, ((i % PARTITIONS, None, b"w" * 100) for i in range(200_000)))
+    for source in ("kafka", "backlog"):
+        with tempfile.TemporaryDirectory() as folder:
+            df = source_frame(spark, {"source": source, "options": {}}, bootstrap, topic, query)
+            done = writer_of(df, query, f"{folder}/c", f"{folder}/o").trigger(availableNow=True).start()
+            done.awaitTermination()
+
+
+FIGURES = ("drain_s", "latency_p50_s", "latency_p99_s", "largest_batch_records", "largest_batch_s", "slowest_batch_s",
+           "batches_to_drain", "batches_after", "heap_peak_mib", "python_rss_peak_mib", "python_rss_growth_mib",
+           "live_records_after_drain")
+
+
+def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
+    ours = summaries["backlog-adaptive"]
+    kafka = {n: s for n, s in summaries.items() if n.startswith("kafka-")}
+    fastest = min(kafka, key=lambda n: kafka[n]["drain_s"]["median"])
+    best_p99 = min(kafka, key=lambda n: kafka[n]["latency_p99_s"]["median"])
+    return {
+        "drain_vs_fastest_kafka": ours["drain_s"]["median"] / kafka[fastest]["drain_s"]["median"],
+        "fastest_kafka": fastest,
+        "p99_vs_best_kafka": ours["latency_p99_s"]["median"] / kafka[best_p99]["latency_p99_s"]["median"],
+        "best_p99_kafka": best_p99,
+        "kafka_better_on_both": [n for n, s in kafka.items()
+                                 if s["drain_s"]["median"] < ours["drain_s"]["median"]
+                                 and s["latency_p99_s"]["median"] < ours["latency_p99_s"]["median"]],
+        "per_round_drain_vs_fastest": [a["drain_s"] / k["drain_s"]
+                                       for a, k in zip(runs["backlog-adaptive"], runs[fastest])],
+        "per_round_p99_vs_best": [a["latency_p99_s"] / k["latency_p99_s"]
+                                  for a, k in zip(runs["backlog-adaptive"], runs[best_p99])],
+    }
+
+
+def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
+    name = f"restart_after_downtime_{args.query}"
+    command = "python benchmarks/restart_after_downtime.py " + " ".join(sys.argv[1:])
+    summaries = {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
+                 for n, rs in runs.items()}
+    compared = compare(summaries, runs) if "backlog-adaptive" in runs and any(n.startswith("kafka-") for n in runs) else None
+    summary = {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": spark_version,
+               "query": args.query, "runs_per_config": args.runs, "backlog": args.backlog, "rate": args.rate,
+               "live_seconds": args.live_seconds, "configs": {n: CONFIGS[n] for n in runs},
+               "summaries": summaries, "compared": compared, "results": runs,
+               "targets": {"drain_vs_fastest_kafka": 1.0, "p99_vs_best_kafka": 1.1, "kafka_better_on_both": []}}
+    sink = ("a windowed count (5 s windows, 10 s watermark, RocksDB state store) appended to Parquet"
+            if args.query == "stateful" else "`noop`")
+    lines = [
+        f"# A job restarted after downtime: format(\"backlog\") against format(\"kafka\") ({args.query})", "",
+        f"Command: `{command}` ({machine()['cpus']} cores; Apache Kafka {summary['kafka']}, Spark {spark_version}, "
+        f"Spark's default settings; sink: {sink}). Per run: a checkpoint at the log end of {HISTORY:,} records, then "
+        f"{args.backlog:,} records of backlog over {PARTITIONS} partitions, then the restart with {args.rate:,.0f} "
+        f"records/s of live traffic for {args.live_seconds:.0f} s from the restart. Median of {args.runs} rounds in "
+        "rotated order (min-max) after a warm-up query per source. Latency: records produced after the drain, "
+        "produce timestamp -> batch committed. Memory: peaks sampled every 0.5 s (JVM heap in use; resident memory "
+        "of the JVM's Python processes).", "",
+        "| configuration | drain s | live p50 s | live p99 s | largest batch (records) | its time s | batches to "
+        "drain | heap peak MiB | Python RSS peak MiB (growth in the run) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n, s in summaries.items():
+        lines.append(f"| {n} | {with_spread(s['drain_s'], '.1f')} | {with_spread(s['latency_p50_s'])} | "
+                     f"{with_spread(s['latency_p99_s'])} | {with_spread(s['largest_batch_records'], ',.0f')} | "
+                     f"{with_spread(s['largest_batch_s'], '.1f')} | {with_spread(s['batches_to_drain'], '.0f')} | "
+                     f"{with_spread(s['heap_peak_mib'], '.0f')} | {with_spread(s['python_rss_peak_mib'], '.0f')} "
+                     f"(+{with_spread(s['python_rss_growth_mib'], '.0f')}) |")
+    if compared:
+        c = compared
+        lines += ["",
+                  f"- drain / fastest `format(\"kafka\")` drain ({c['fastest_kafka']}): "
+                  f"**{c['drain_vs_fastest_kafka']:.2f}x** (target <= 1.0x; per round "
+                  f"{', '.join(f'{r:.2f}x' for r in c['per_round_drain_vs_fastest'])})",
+                  f"- live p99 / best `format(\"kafka\")` p99 ({c['best_p99_kafka']}): "
+                  f"**{c['p99_vs_best_kafka']:.2f}x** (target <= 1.1x; per round "
+                  f"{', '.join(f'{r:.2f}x' for r in c['per_round_p99_vs_best'])})",
+                  f"- `format(\"kafka\")` configurations better on both: {', '.join(c['kafka_better_on_both']) or 'none'}"]
+    write_results(name, summary, lines)
+    plot(runs, name)
+
+
+def plot(runs: dict[str, list[dict]], name: str) -> None:
+    """Records per batch over time, first round of every configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.9 * len(runs)), sharex=True, squeeze=False)
+    for row, (config, results) in enumerate(runs.items()):
+        ax, first = axes[row, 0], results[0]
+        batches = first["batch_timeline"]
+        ax.bar([b["start"] for b in batches], [b["records"] for b in batches],
+               width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
+        ax.axvline(first["drain_s"], color="black", linestyle="--", linewidth=1)
+        ax.set_yscale("log")
+        ax.set_title(f"{config}: drained {first['drain_s']:.1f} s, live p99 {first['latency_p99_s']:.2f} s", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xlabel("seconds since start (bars: batches, width = duration; dashed: backlog drained)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--backlog", type=int, default=2_000_000)
+    parser.add_argument("--rate", type=float, default=1_000)
+    parser.add_argument("--live-seconds", type=float, default=120)
+    parser.add_argument("--query", choices=("noop", "stateful"), default="noop")
+    parser.add_argument("--configs", default=",".join(n for n in CONFIGS if n != "backlog-fixed-0s"),
+                        help="which configurations (backlog-fixed-0s is left out unless named)")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.configs.split(",")]
+
+    broker = start_kafka(heap_mb=1024)
+    try:
+        spark = spark_session(jars=spark_kafka_connector_jars())
+        if args.query == "stateful":
+            spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        log = ProgressLog()
+        spark.streams.addListener(log.listener)
+        warm_up(spark, broker.bootstrap_servers, args.query)
+        runs: dict[str, list[dict]] = {n: [] for n in names}
+        for round_index in range(args.runs):
+            for name in rotated(names, round_index):
+                runs[name].append(run(spark, log, broker.bootstrap_servers, name, args))
+        import pyspark
+
+        spark_version = pyspark.__version__
+        spark.stop()
+    finally:
+        broker.stop()
+    report(runs, args, spark_version)
+
+
+if __name__ == "__main__":
+    main()
