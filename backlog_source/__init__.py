@@ -6,18 +6,19 @@ Register the source, then use it exactly like Spark's ``format("kafka")``::
     spark.dataSource.register(BacklogDataSource)
     df = spark.readStream.format("backlog").option("subscribe", "orders")...load()
 
-This package is the top layer (the Spark-facing surface, the mode switch, the command line,
-the demo and the snapshot command); ``enumerator``, ``reader``, ``events`` and
-``backlog_core`` are below it and never import it.
+One installed namespace, in floors (each imports only floors below it, at module level;
+``tests/unit/test_layers.py``): ``backlog_source.core`` (errors, options, the offset dict,
+Kafka config, tracing), ``backlog_source.events`` (the BacklogFinishEvent and the control
+topic), ``backlog_source.enumerator`` (driver-side planning) and ``backlog_source.reader``
+(the executors' read path), then this package's own modules: the Spark data source, the
+mode switch, the command line, the snapshot command. ``backlog_source.testing`` and
+``backlog_source.demo`` are tooling for tests and the demo, never on a query's path.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-from backlog_core import __version__
-from backlog_core.errors import (
+from backlog_source.core import __version__
+from backlog_source.core.errors import (
     BacklogSourceError,
     ConfigError,
     ControlTopicError,
@@ -28,42 +29,10 @@ from backlog_core.errors import (
     OffsetFormatError,
     SnapshotError,
 )
-
-# The rest is imported on first use (PEP 562). Every Python streaming query starts a fresh
-# Python process on the driver that unpickles the source and so imports this package; it
-# needs the data source, not the mode switch (benchmarks/query_startup.py).
-_LAZY = {
-    "BacklogDataSource": "backlog_source.datasource",
-    "BacklogStreamReader": "backlog_source.datasource",
-    "SourceSettings": "backlog_core.settings",
-    "parse_options": "backlog_core.settings",
-    "lag_metrics": "backlog_source.metrics",
-    "BacklogAwareQuery": "backlog_source.mode_switch",
-    "BacklogModeListener": "backlog_source.mode_switch",
-    "Mode": "backlog_source.mode_switch",
-    "Transition": "backlog_source.mode_switch",
-    "start_backlog_aware": "backlog_source.mode_switch",
-}
-
-if TYPE_CHECKING:
-    from backlog_core.settings import SourceSettings, parse_options
-    from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
-    from backlog_source.metrics import lag_metrics
-    from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, Transition, start_backlog_aware
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'backlog_source' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
+from backlog_source.core.settings import SourceSettings, parse_options
+from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
+from backlog_source.metrics import lag_metrics
+from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, Transition, start_backlog_aware
 
 __all__ = [
     "BacklogAwareQuery",

@@ -11,7 +11,7 @@ import sys
 
 from pydantic import ValidationError
 
-from backlog_core.errors import BacklogSourceError
+from backlog_source.core.errors import BacklogSourceError
 from backlog_source.demo.settings import add_arguments, from_arguments
 from backlog_source.snapshot import take_snapshot
 

@@ -28,17 +28,19 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from backlog_core import step_timings, telemetry
-from backlog_core.buckets import to_nested
-from backlog_core.errors import ConfigError
-from backlog_core.offset import SourceOffset, bucket_traceparent
-from backlog_core.schema import kafka_schema
-from backlog_core.settings import ReaderConfig, SourceSettings, parse_options
-from enumerator.control import ControlTopic
-from enumerator.enumerator import Enumerator, ReadBudget
-from enumerator.kafka_offsets import KafkaOffsetsClient
-from enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
-from reader.split import KafkaRange, KafkaSplit, SnapshotSplit
+from backlog_source.core import step_timings, telemetry
+from backlog_source.core.buckets import to_nested
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.offset import SourceOffset, bucket_traceparent
+from backlog_source.core.schema import kafka_schema
+from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
+from backlog_source.enumerator.control import ControlTopic
+from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
+from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
+from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
+from backlog_source.reader.kafka_reader import read_split
+from backlog_source.reader.snapshot_reader import read_snapshot_split
+from backlog_source.reader.split import KafkaRange, KafkaSplit, SnapshotSplit
 
 
 class BacklogDataSource(DataSource):
@@ -104,8 +106,8 @@ def set_worker_environment(spark, env: Mapping[str, str | None]) -> None:
 
 
 class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Spark's stream-reader hooks, delegating to :class:`~enumerator.enumerator.Enumerator`
-    on the driver and to :func:`~reader.kafka_reader.read_split` on executors."""
+    """Spark's stream-reader hooks, delegating to :class:`~backlog_source.enumerator.enumerator.Enumerator`
+    on the driver and to :func:`~backlog_source.reader.kafka_reader.read_split` on executors."""
 
     def __init__(self, settings: SourceSettings) -> None:
         self.settings: SourceSettings | None = settings
@@ -239,11 +241,6 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # Imported here, once per executor Python worker: the driver's per-query Python
-        # process never reads, and the read path (pyarrow.compute) costs it ~30 ms of start-up.
-        from reader.kafka_reader import read_split
-        from reader.snapshot_reader import read_snapshot_split
-
         if isinstance(partition, SnapshotSplit):
             return read_snapshot_split(partition, self.reader_config)
         if not isinstance(partition, KafkaSplit):

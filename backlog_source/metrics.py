@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backlog_core.buckets import from_nested
-from backlog_core.offset import SourceOffset
+from backlog_source.core.buckets import from_nested
+from backlog_source.core.offset import SourceOffset
 
 
 def lag_metrics(source_progress: Any) -> dict[str, float] | None:

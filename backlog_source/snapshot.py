@@ -2,7 +2,7 @@
 key (a null value deletes the key), write Parquet per partition, then the manifest.
 
 Which process: the caller's (``backlog-source snapshot``, or Python). Reads go through the
-source's own split reader (:func:`reader.kafka_reader.read_split`), so records arrive as
+source's own split reader (:func:`backlog_source.reader.kafka_reader.read_split`), so records arrive as
 Arrow batches with the source's output columns and data loss fails the snapshot.
 Storage goes through ``pyarrow.fs``: local paths and the URIs pyarrow supports (``s3://``,
 ``hdfs://``, ``gs://``...).
@@ -20,14 +20,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import SnapshotError
-from backlog_core.schema import arrow_schema
-from backlog_core.settings import SourceSettings, parse_options
-from backlog_core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
-from enumerator.kafka_offsets import KafkaOffsetsClient
-from reader.kafka_reader import read_split
-from reader.split import KafkaRange, KafkaSplit
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import SnapshotError
+from backlog_source.core.schema import arrow_schema
+from backlog_source.core.settings import SourceSettings, parse_options
+from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
+from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
+from backlog_source.reader.kafka_reader import read_split
+from backlog_source.reader.split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ def take_snapshot(
     manifest replaces any previous one last, atomically, so readers see the old snapshot or
     the new one, never a mix. Older data directories are left for readers still using them.
     Raises :class:`SnapshotError` (no such topic, a record without a key),
-    :class:`~backlog_core.errors.DataLossError`, or
-    :class:`~backlog_core.errors.KafkaUnavailableError`.
+    :class:`~backlog_source.core.errors.DataLossError`, or
+    :class:`~backlog_source.core.errors.KafkaUnavailableError`.
     """
     settings = parse_options({**options, "subscribe": topic, "failOnDataLoss": "true", "backlog.enabled": "false"})
     client = KafkaOffsetsClient.from_settings(settings)

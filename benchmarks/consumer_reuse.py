@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, median_and_spread, with_spread, write_results  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
-from backlog_core.settings import parse_options  # noqa: E402
+from backlog_source.core.settings import parse_options  # noqa: E402
+from backlog_source.reader.kafka_reader import read_split  # noqa: E402
+from backlog_source.reader.split import KafkaRange, KafkaSplit  # noqa: E402
 from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
 from backlog_source.testing.broker import create_topic  # noqa: E402
-from reader.kafka_reader import read_split  # noqa: E402
-from reader.split import KafkaRange, KafkaSplit  # noqa: E402
 
 VARIANTS = ("fresh", "reused", "reused_fetch_wait_10ms")
 

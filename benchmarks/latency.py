@@ -54,12 +54,12 @@ from common import (  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from backlog_core.buckets import Bucket  # noqa: E402
-from backlog_core.kafka_config import ClientRole, KafkaClientConfig  # noqa: E402
-from backlog_core.step_timings import VARIABLE  # noqa: E402
+from backlog_source.core.buckets import Bucket  # noqa: E402
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig  # noqa: E402
+from backlog_source.core.step_timings import VARIABLE  # noqa: E402
+from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges  # noqa: E402
 from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 from backlog_source.testing.kafka_proxy import counting_broker  # noqa: E402
-from enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges  # noqa: E402
 
 DRIVER_CLIENTS = ("backlog-source-admin", "backlog-source-events-reader")
 DURATION_KEYS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")

@@ -65,7 +65,7 @@ def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool,
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from backlog_core.kafka_config import ClientRole, KafkaClientConfig
+    from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 
     config = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, "enable.partition.eof": True}
     if tuned:  # exactly the librdkafka configuration the source's reader uses

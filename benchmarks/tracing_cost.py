@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backlog_source.datasource import set_worker_environment  # noqa: E402
 from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
 from backlog_source.testing.broker import create_topic, produce  # noqa: E402
-from backlog_source.datasource import set_worker_environment  # noqa: E402
 from backlog_source.testing.otlp_receiver import OtlpReceiver  # noqa: E402
 from read_throughput import run_source  # noqa: E402  (same directory)
 

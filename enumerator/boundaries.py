@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from backlog_core import span_names
-from backlog_core.buckets import Bucket
-from backlog_core.errors import MalformedEvent
-from backlog_core.offset import (
+from backlog_source.core import span_names
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import MalformedEvent
+from backlog_source.core.offset import (
     BY_POSITION,
     DUPLICATE,
     FOREIGN,
@@ -43,8 +43,8 @@ from backlog_core.offset import (
     STALE,
     EventCounts,
 )
-from enumerator.planner import lag
-from events.finish_event import BacklogFinishEvent
+from backlog_source.enumerator.planner import lag
+from backlog_source.events.finish_event import BacklogFinishEvent
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 
-from backlog_core.buckets import Bucket
-from backlog_core.settings import SourceSettings
-from enumerator.kafka_offsets import OffsetsClient, TopicIdentity
-from events.channel import CONTROL_PARTITION, ControlMessages, ControlTopicReader
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.settings import SourceSettings
+from backlog_source.enumerator.kafka_offsets import OffsetsClient, TopicIdentity
+from backlog_source.events.channel import CONTROL_PARTITION, ControlMessages, ControlTopicReader
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ControlTopic:
 
     def open(self) -> int:
         """Create the topic if it is missing (raises
-        :class:`~backlog_core.errors.ControlTopicError` naming the option if it cannot) and
+        :class:`~backlog_source.core.errors.ControlTopicError` naming the option if it cannot) and
         return its log end: events written before are not this query's."""
         self._client.ensure_topic(self._topic, 1)
         self._identity = self._client.topic_identity(self._topic)

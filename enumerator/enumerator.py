@@ -4,7 +4,7 @@ Which process: the Python worker Spark starts on the driver for the stream reade
 keeps that worker for the life of the query run and calls ``initialOffset``,
 ``latestOffset``, ``partitions`` and ``commit`` on one object, so in-memory state here lives
 as long as the run; anything that must survive a restart is in the offset dict
-(:class:`~backlog_core.offset.SourceOffset`).
+(:class:`~backlog_source.core.offset.SourceOffset`).
 
 :meth:`Enumerator.latest_offset` is a chain of named steps, each returning new values:
 
@@ -27,19 +27,19 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from backlog_core import span_names, step_timings, telemetry
-from backlog_core.buckets import Bucket
-from backlog_core.errors import DataLossError
-from backlog_core.offset import SourceOffset
-from backlog_core.settings import SourceSettings
-from backlog_core.snapshot_manifest import load_manifest
-from enumerator.boundaries import BacklogState, Finish, record_boundaries, reentry_boundaries, restart_boundaries
-from enumerator.control import ControlTopic
-from enumerator.kafka_offsets import OffsetsClient
-from enumerator.phase_trace import advance
-from enumerator.planner import lag, rate_limit
-from enumerator.starting_offsets import ManifestLoader, StartingOffsets
-from enumerator.subscription import Subscription
+from backlog_source.core import span_names, step_timings, telemetry
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import DataLossError
+from backlog_source.core.offset import SourceOffset
+from backlog_source.core.settings import SourceSettings
+from backlog_source.core.snapshot_manifest import load_manifest
+from backlog_source.enumerator.boundaries import BacklogState, Finish, record_boundaries, reentry_boundaries, restart_boundaries
+from backlog_source.enumerator.control import ControlTopic
+from backlog_source.enumerator.kafka_offsets import OffsetsClient
+from backlog_source.enumerator.phase_trace import advance
+from backlog_source.enumerator.planner import lag, rate_limit
+from backlog_source.enumerator.starting_offsets import ManifestLoader, StartingOffsets
+from backlog_source.enumerator.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ class Enumerator:
         """The end of the next batch that starts at ``start``; ``start`` itself when there
         is nothing to read (Spark then runs no batch). See the module docstring for the steps.
 
-        Raises :class:`DataLossError`, :class:`~backlog_core.errors.KafkaUnavailableError`
-        or :class:`~backlog_core.errors.ControlTopicError`.
+        Raises :class:`DataLossError`, :class:`~backlog_source.core.errors.KafkaUnavailableError`
+        or :class:`~backlog_source.core.errors.ControlTopicError`.
         """
         if self._quiet is not None and self._clock() < self._quiet[1] and self._quiet[0] == start:
             return start  # found nothing a moment ago: no request (backlog.minPollIntervalMs)

@@ -32,11 +32,11 @@ from confluent_kafka import IsolationLevel as KafkaIsolation
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
-from backlog_core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
-from backlog_core.offset_answers import check_offsets
-from backlog_core.settings import SourceSettings
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
+from backlog_source.core.offset_answers import check_offsets
+from backlog_source.core.settings import SourceSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -325,7 +325,7 @@ class KafkaOffsetsClient:
 
     def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
         """One ListOffsets request for ``specs``. An answer below ``lowest`` is a failed
-        attempt (:class:`~backlog_core.offset_answers.NoValidOffsets`), retried like any
+        attempt (:class:`~backlog_source.core.offset_answers.NoValidOffsets`), retried like any
         other: taken for a log end, a timed-out request's -1001 reads as offsets moving
         backwards, i.e. false data loss, or a rewind to the earliest offset."""
         if not specs:

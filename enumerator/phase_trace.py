@@ -18,7 +18,7 @@ What the offset stores (``"trace"``)::
      "topics": ["orders"], "bucket_count": 8, "records": 2000000,
      "buckets": {"orders": {"0": [<start offset>, <boundary>, <started ms>]}}}  # open bucket spans
 
-Finished spans come back as :class:`~backlog_core.trace_context.SpanRecord` values for the
+Finished spans come back as :class:`~backlog_source.core.trace_context.SpanRecord` values for the
 caller to export. A crash between that and the offset reaching Spark's offset log recomputes
 the same transition, so a span can be exported twice, with identical ids.
 """
@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backlog_core import span_names as names
-from backlog_core.buckets import Bucket
-from backlog_core.offset import OpenBucket, PhaseTrace
-from backlog_core.trace_context import SpanContextIds, SpanRecord, ms_to_ns, new_span_id, new_trace_id
-from enumerator.boundaries import Finish
+from backlog_source.core import span_names as names
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.offset import OpenBucket, PhaseTrace
+from backlog_source.core.trace_context import SpanContextIds, SpanRecord, ms_to_ns, new_span_id, new_trace_id
+from backlog_source.enumerator.boundaries import Finish
 
 
 def advance(

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from backlog_core.buckets import Bucket
+from backlog_source.core.buckets import Bucket
 
 
 @dataclass(frozen=True, order=True)

@@ -12,12 +12,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError, DataLossError, SnapshotError
-from backlog_core.offset import SnapshotState
-from backlog_core.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
-from backlog_core.snapshot_manifest import Manifest, load_manifest
-from enumerator.kafka_offsets import OffsetsClient
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
+from backlog_source.core.offset import SnapshotState
+from backlog_source.core.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
+from backlog_source.core.snapshot_manifest import Manifest, load_manifest
+from backlog_source.enumerator.kafka_offsets import OffsetsClient
 
 log = logging.getLogger(__name__)
 

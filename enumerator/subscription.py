@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import re
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError
-from backlog_core.settings import SourceSettings
-from enumerator.kafka_offsets import OffsetsClient
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.settings import SourceSettings
+from backlog_source.enumerator.kafka_offsets import OffsetsClient
 
 log = logging.getLogger(__name__)
 

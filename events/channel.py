@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from backlog_core.kafka_config import ClientRole, KafkaClientConfig
-from backlog_core.offset_answers import watermarks
-from backlog_core.settings import ReaderConfig
-from events import dedup
-from events.finish_event import BacklogFinishEvent
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_source.core.offset_answers import watermarks
+from backlog_source.core.settings import ReaderConfig
+from backlog_source.events import dedup
+from backlog_source.events.finish_event import BacklogFinishEvent
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def publish_once(
     publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] | None = None,
 ) -> None:
     """Publish ``event`` unless this worker already did for its source, bucket and boundary
-    (:mod:`events.dedup`); after a failed publish a later attempt may publish again.
+    (:mod:`backlog_source.events.dedup`); after a failed publish a later attempt may publish again.
 
     Which process: a reader's Python worker. ``publish_event`` defaults to :func:`publish`.
     """

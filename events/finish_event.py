@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import MalformedEvent
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import MalformedEvent
 
 EVENT_TYPE = "BacklogFinishEvent"
 EVENT_VERSION = 1

@@ -14,15 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Message
 
-from backlog_core.errors import MalformedRecordError
-from backlog_core.schema import arrow_schema
+from backlog_source.core.errors import MalformedRecordError
+from backlog_source.core.schema import arrow_schema
 
-# librdkafka timestamp types -> Kafka's TimestampType ids that Spark reports:
-# NOT_AVAILABLE 0 -> -1, CREATE_TIME 1 -> 0, LOG_APPEND_TIME 2 -> 1. That is "minus one".
-_TIMESTAMP_TYPE_SHIFT = 1
+# librdkafka timestamp types (the index) -> Kafka's TimestampType ids that Spark reports:
+# NOT_AVAILABLE 0 -> -1, CREATE_TIME 1 -> 0, LOG_APPEND_TIME 2 -> 1. A list, not an array:
+# building an array at import would load pandas into every process that imports this.
+_SPARK_TIMESTAMP_TYPES = [-1, 0, 1]
+_MILLISECONDS = pa.timestamp("ms", tz="UTC")
+_MICROSECONDS = pa.timestamp("us", tz="UTC")
 
 _SCHEMAS = {flag: arrow_schema(flag) for flag in (False, True)}
 _HEADER_TYPE = _SCHEMAS[True].field("headers").type
@@ -38,9 +40,12 @@ def to_record_batch(messages: Sequence[Message], topic: str | None, partition: i
     """
     count = len(messages)
     timestamp_types, timestamp_ms = zip(*map(Message.timestamp, messages))
-    milliseconds = pa.array(timestamp_ms, pa.int64())
+    # pyarrow.compute is not imported here (pyarrow loads it on the first cast): this module
+    # is imported by every process that unpickles the source, including the driver's
+    # per-query runner, which never reads (benchmarks/query_startup.py).
     try:
-        microseconds = pc.multiply_checked(milliseconds, 1000)
+        # A safe cast refuses a millisecond value beyond what microseconds hold.
+        microseconds = pa.array(timestamp_ms, _MILLISECONDS).cast(_MICROSECONDS)
     except pa.ArrowInvalid:
         raise _malformed_timestamp(messages) from None
     columns = [
@@ -51,8 +56,8 @@ def to_record_batch(messages: Sequence[Message], topic: str | None, partition: i
         pa.repeat(pa.scalar(partition, pa.int32()), count) if partition is not None
         else pa.array(list(map(Message.partition, messages)), pa.int32()),
         pa.array(list(map(Message.offset, messages)), pa.int64()),
-        microseconds.cast(pa.timestamp("us", tz="UTC")),
-        pc.subtract(pa.array(timestamp_types, pa.int32()), _TIMESTAMP_TYPE_SHIFT),
+        microseconds,
+        pa.array(_SPARK_TIMESTAMP_TYPES, pa.int32()).take(pa.array(timestamp_types, pa.int8())),
     ]
     if include_headers:
         columns.append(pa.array(list(map(_headers, map(Message.headers, messages))), _HEADER_TYPE))

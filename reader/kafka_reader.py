@@ -30,17 +30,17 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from backlog_core import span_names, step_timings, telemetry
-from backlog_core.buckets import Bucket
-from backlog_core.errors import DataLossError, KafkaUnavailableError
-from backlog_core.kafka_config import ClientRole
-from backlog_core.offset_answers import watermarks
-from backlog_core.settings import ReaderConfig
-from backlog_core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
-from events.channel import publish, publish_once
-from events.finish_event import BacklogFinishEvent
-from reader.arrow import to_record_batch
-from reader.split import KafkaRange, KafkaSplit
+from backlog_source.core import span_names, step_timings, telemetry
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import DataLossError, KafkaUnavailableError
+from backlog_source.core.kafka_config import ClientRole
+from backlog_source.core.offset_answers import watermarks
+from backlog_source.core.settings import ReaderConfig
+from backlog_source.core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
+from backlog_source.events.channel import publish, publish_once
+from backlog_source.events.finish_event import BacklogFinishEvent
+from backlog_source.reader.arrow import to_record_batch
+from backlog_source.reader.split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def read_split(
     read (``failOnDataLoss=true``; with false it logs a warning and reads what remains),
     :class:`KafkaUnavailableError` when no range makes progress for
     ``kafkaConsumer.pollTimeoutMs``, and
-    :class:`~backlog_core.errors.MalformedRecordError` for a timestamp a Spark timestamp
+    :class:`~backlog_source.core.errors.MalformedRecordError` for a timestamp a Spark timestamp
     cannot hold.
     """
     ranges = [r for r in split.ranges if r.end > r.start]
@@ -391,7 +391,7 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
     """The broker no longer has ``position``: fail, or skip to the earliest offset and return it.
 
     What is skipped is decided from the partition's offsets, so they must be real answers:
-    a failed or invalid one (see :mod:`backlog_core.offset_answers`) raises
+    a failed or invalid one (see :mod:`backlog_source.core.offset_answers`) raises
     :class:`KafkaUnavailableError` instead of skipping on a guess."""
     tp = TopicPartition(r.topic, r.partition)
     try:

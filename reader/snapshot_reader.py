@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from backlog_core.errors import SnapshotError
-from backlog_core.schema import arrow_schema
-from backlog_core.settings import ReaderConfig
-from events.channel import publish, publish_once
-from events.finish_event import BacklogFinishEvent
-from reader.split import SnapshotSplit
+from backlog_source.core.errors import SnapshotError
+from backlog_source.core.schema import arrow_schema
+from backlog_source.core.settings import ReaderConfig
+from backlog_source.events.channel import publish, publish_once
+from backlog_source.events.finish_event import BacklogFinishEvent
+from backlog_source.reader.split import SnapshotSplit
 
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 10_000

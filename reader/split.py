@@ -1,7 +1,7 @@
 """Splits: the immutable plan of one Spark input partition (one task).
 
 Created on the driver by ``partitions(start, end)``, pickled to an executor, read there by
-:func:`reader.kafka_reader.read_split` or :func:`reader.snapshot_reader.read_snapshot_split`.
+:func:`backlog_source.reader.kafka_reader.read_split` or :func:`backlog_source.reader.snapshot_reader.read_snapshot_split`.
 They hold plain values only; Spark pickles them, so they need no other codec.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from backlog_core.buckets import Bucket
+from backlog_source.core.buckets import Bucket
 
 
 @dataclass(frozen=True)

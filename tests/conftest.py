@@ -65,7 +65,7 @@ OTEL_VARIABLES = (
 @pytest.fixture
 def otel_env(monkeypatch):
     """A clean OTEL_* environment for this process; its exporter is rebuilt from it."""
-    from backlog_core import telemetry
+    from backlog_source.core import telemetry
 
     for name in OTEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)

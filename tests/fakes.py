@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from backlog_core.buckets import Bucket
-from enumerator.kafka_offsets import TopicIdentity
-from events.channel import ControlMessages
+from backlog_source.core.buckets import Bucket
+from backlog_source.enumerator.kafka_offsets import TopicIdentity
+from backlog_source.events.channel import ControlMessages
 
 
 @dataclass

@@ -26,21 +26,21 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
-from backlog_core import telemetry
-from backlog_core.buckets import Bucket
-from backlog_core.errors import DemoError
-from backlog_core.settings import parse_options
+from backlog_source.core import telemetry
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import DemoError
+from backlog_source.core.settings import parse_options
 from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.monitor import QueryMonitor
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
 from backlog_source.demo.settings import DemoSettings
 from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
+from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
 from backlog_source.mode_switch import start_backlog_aware
 from backlog_source.testing.apache_kafka import kafka_version, start_kafka
 from backlog_source.testing.broker import create_topic, produce, start_broker
 from backlog_source.testing.otlp_receiver import OtlpReceiver
-from enumerator.kafka_offsets import KafkaOffsetsClient
 
 #: What the demo writes under ``--output``; only these are removed when a demo starts again.
 OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json", "spark.log")

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_core.buckets import Bucket, from_nested
-from backlog_core.offset import parse_reported
+from backlog_source.core.buckets import Bucket, from_nested
+from backlog_source.core.offset import parse_reported
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from backlog_core.durations import duration_seconds
+from backlog_source.core.durations import duration_seconds
 
 
 class DemoSettings(BaseSettings):

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backlog_core import span_names, telemetry
-from backlog_core.durations import duration_ms
-from backlog_core.errors import BacklogSourceError, ModeSwitchError
-from backlog_core.trace_context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
+from backlog_source.core import span_names, telemetry
+from backlog_source.core.durations import duration_ms
+from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
+from backlog_source.core.trace_context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 from backlog_source.mode_switch.listener import (
     BacklogModeListener,
     BatchCommitted,

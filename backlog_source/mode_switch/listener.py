@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_core.offset import SourceOffset, parse_reported
+from backlog_source.core.offset import SourceOffset, parse_reported
 
 
 class Mode(str, Enum):

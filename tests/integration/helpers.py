@@ -9,9 +9,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from backlog_core.errors import MalformedEvent
+from backlog_source.core.errors import MalformedEvent
+from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.testing.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
-from events.finish_event import BacklogFinishEvent
 
 
 def make_topic(broker, name: str, partitions: int, per_partition: int = 0, value_size: int = 20, start: int = 0) -> int:

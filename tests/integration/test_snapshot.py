@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from backlog_core.errors import SnapshotError
+from backlog_source.core.errors import SnapshotError
+from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.snapshot import take_snapshot
-from backlog_core.snapshot_manifest import load_manifest
 from backlog_source.snapshot import read_partition
 from tests.integration.helpers import log_end_offsets, make_topic, produce, published_events
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from backlog_core import telemetry
 from backlog_source import start_backlog_aware
+from backlog_source.core import telemetry
 from backlog_source.datasource import set_worker_environment
 from backlog_source.testing.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import fill, make_topic, reader, wait_for

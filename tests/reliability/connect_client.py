@@ -61,7 +61,7 @@ def main() -> None:
     out = f"{work}/switched"
     writer = (source(switched_topic, **{"backlog.maxOffsetsPerTrigger": "2000"}).writeStream.format("parquet")
               .option("path", out).option("checkpointLocation", f"{work}/ckpt2"))
-    from backlog_core.errors import ConfigError
+    from backlog_source.core.errors import ConfigError
 
     try:  # in place needs JVM objects a Connect client does not have: refused before anything starts
         start_backlog_aware(writer, "0 seconds", "500 milliseconds", switch_method="in-place").stop()

@@ -20,8 +20,7 @@ import time
 def main() -> None:
     bootstrap, topic, out, options_json, mode = sys.argv[1:6]
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    for name in ("backlog_core", "backlog_source", "enumerator", "reader", "events"):
-        logging.getLogger(name).setLevel(logging.DEBUG)  # our DEBUG logs included
+    logging.getLogger("backlog_source").setLevel(logging.DEBUG)  # our DEBUG logs included
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 

@@ -10,6 +10,7 @@ the snapshot and every record after it, on the embedded broker and a local Spark
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pkgutil
 import shutil
@@ -18,7 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-PACKAGES = ("backlog_core", "events", "enumerator", "reader", "backlog_source")
+#: What site-packages must hold from this distribution: one top-level name.
+NAMESPACE = "backlog_source"
+#: Names an older wheel installed at the top level (generic; PyPI has an ``events``).
+FORMER_TOP_LEVEL = ("backlog_core", "events", "enumerator", "reader")
 
 
 def check_installed_not_the_tree() -> None:
@@ -29,14 +33,26 @@ def check_installed_not_the_tree() -> None:
     print(f"backlog_source {backlog_source.__version__} from {location.parent}")
 
 
+def check_one_namespace() -> None:
+    """The distribution installs ``backlog_source`` and nothing else at the top level."""
+    from importlib.metadata import distribution
+
+    files = distribution("backlog-source").files or []
+    top_level = {f.parts[0] for f in files if f.suffix == ".py" and len(f.parts) > 1}
+    assert top_level == {NAMESPACE}, f"top-level packages installed: {sorted(top_level)}"
+    for name in FORMER_TOP_LEVEL:
+        assert importlib.util.find_spec(name) is None, f"{name} is importable at the top level"
+    print(f"one namespace: {NAMESPACE}")
+
+
 def check_every_module_imports() -> None:
+    package = importlib.import_module(NAMESPACE)
     count = 0
-    for name in PACKAGES:
-        package = importlib.import_module(name)
-        importlib.import_module(name)
-        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
-            importlib.import_module(info.name)
-            count += 1
+    for info in pkgutil.walk_packages(package.__path__, f"{NAMESPACE}."):
+        importlib.import_module(info.name)
+        count += 1
+    for layer in ("core", "events", "enumerator", "reader"):
+        assert f"{NAMESPACE}.{layer}" in sys.modules, f"{NAMESPACE}.{layer} missing from the wheel"
     print(f"imported {count} modules")
 
 
@@ -52,8 +68,8 @@ def check_command_line() -> None:
 def check_a_stream_from_a_snapshot() -> None:
     from pyspark.sql import SparkSession
 
-    from backlog_core.snapshot_manifest import load_manifest
     from backlog_source import BacklogDataSource
+    from backlog_source.core.snapshot_manifest import load_manifest
     from backlog_source.testing.broker import create_topic, embedded_broker, produce
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -95,6 +111,7 @@ def check_a_stream_from_a_snapshot() -> None:
 
 if __name__ == "__main__":
     check_installed_not_the_tree()
+    check_one_namespace()
     check_every_module_imports()
     check_command_line()
     check_a_stream_from_a_snapshot()

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = ROOT / ".venv-wheel"
 STAMP = ENV / ".built-from"
 SMOKE = Path(__file__).with_name("smoke.py")
-PACKAGES = ("backlog_core", "events", "enumerator", "reader", "backlog_source")
+#: The folders the wheel is built from (pyproject.toml maps them into one namespace).
+SOURCE_FOLDERS = ("backlog_source", "events", "enumerator", "reader")
 
 
 def python() -> Path:
@@ -36,7 +37,7 @@ def sources_digest() -> str:
     """A digest of everything that goes into the wheel."""
     digest = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "README.md"]
-    files += sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+    files += sorted(p for folder in SOURCE_FOLDERS for p in (ROOT / folder).rglob("*.py"))
     for path in files:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())

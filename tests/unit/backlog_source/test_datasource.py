@@ -2,13 +2,13 @@
 
 import pickle
 
-from backlog_core.buckets import Bucket
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.offset import SourceOffset
+from backlog_source.core.offset import OpenBucket, PhaseTrace
+from backlog_source.core.settings import parse_options
+from backlog_source.core.trace_context import SpanContextIds
 from backlog_source.datasource import BacklogStreamReader
-from backlog_core.settings import parse_options
-from backlog_core.trace_context import SpanContextIds
-from backlog_core.offset import SourceOffset
-from backlog_core.offset import OpenBucket, PhaseTrace
-from reader.split import KafkaSplit
+from backlog_source.reader.split import KafkaSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxRecordsPerPartition": "50"})

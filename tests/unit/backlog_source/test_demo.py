@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
-from backlog_core.buckets import Bucket
+from backlog_source.core.buckets import Bucket
 from backlog_source.demo.monitor import BatchRecord, BucketDrain, Snapshot
 from backlog_source.demo.report import HIGH, LOW, mode_at, percentile, summarize
 from backlog_source.demo.settings import DemoSettings, add_arguments, from_arguments

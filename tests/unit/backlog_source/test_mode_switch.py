@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from backlog_core.durations import duration_seconds
-from backlog_core.errors import ConfigError, ModeSwitchError
+from backlog_source.core.durations import duration_seconds
+from backlog_source.core.errors import ConfigError, ModeSwitchError
 from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, backlog_flag
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, choose_switcher

@@ -5,11 +5,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from backlog_core.schema import arrow_schema
-from backlog_core.errors import SnapshotError
-from backlog_core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
+from backlog_source.core.errors import SnapshotError
+from backlog_source.core.schema import arrow_schema
+from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
+from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.snapshot import latest_per_key
-from backlog_core.snapshot_manifest import load_manifest
 from backlog_source.snapshot import _publish, read_partition
 
 
@@ -91,10 +91,10 @@ def test_publishing_replaces_the_manifest_in_one_step_and_leaves_no_temporary(tm
 
 # ----------------------------------------------------------------- enumerator with a snapshot
 
-from backlog_core.buckets import Bucket  # noqa: E402
-from backlog_core.errors import DataLossError  # noqa: E402
-from backlog_core.settings import parse_options  # noqa: E402
-from enumerator.enumerator import Enumerator, ReadBudget  # noqa: E402
+from backlog_source.core.buckets import Bucket  # noqa: E402
+from backlog_source.core.errors import DataLossError  # noqa: E402
+from backlog_source.core.settings import parse_options  # noqa: E402
+from backlog_source.enumerator.enumerator import Enumerator, ReadBudget  # noqa: E402
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient  # noqa: E402
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)

@@ -3,13 +3,13 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from backlog_core.buckets import Bucket
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.offset import SnapshotState, SourceOffset
+from backlog_source.core.schema import arrow_schema
+from backlog_source.core.settings import parse_options
 from backlog_source.datasource import BacklogStreamReader
-from backlog_core.schema import arrow_schema
-from backlog_core.settings import parse_options
-from backlog_core.offset import SnapshotState, SourceOffset
-from reader.snapshot_reader import read_snapshot_split
-from reader.split import KafkaSplit, SnapshotSplit
+from backlog_source.reader.snapshot_reader import read_snapshot_split
+from backlog_source.reader.split import KafkaSplit, SnapshotSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from backlog_core.buckets import Bucket
-from backlog_core.offset import SourceOffset
-from backlog_core.settings import parse_options
-from enumerator.boundaries import BacklogState, classify, record_boundaries, reentry_boundaries
-from enumerator.enumerator import Enumerator, ReadBudget
-from events.finish_event import MAX_EVENT_BYTES, BacklogFinishEvent
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.offset import SourceOffset
+from backlog_source.core.settings import parse_options
+from backlog_source.enumerator.boundaries import BacklogState, classify, record_boundaries, reentry_boundaries
+from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
+from backlog_source.events.finish_event import MAX_EVENT_BYTES, BacklogFinishEvent
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1, A2, A3 = Bucket("a", 0), Bucket("a", 1), Bucket("a", 2), Bucket("a", 3)

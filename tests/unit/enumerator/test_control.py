@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from backlog_core.settings import parse_options
-from enumerator.control import ControlTopic
-from events.channel import ControlMessages
+from backlog_source.core.settings import parse_options
+from backlog_source.enumerator.control import ControlTopic
+from backlog_source.events.channel import ControlMessages
 from tests.fakes import FakeOffsetsClient
 
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "_events"})

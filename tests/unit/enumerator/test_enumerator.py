@@ -2,11 +2,11 @@
 
 import pytest
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError, DataLossError
-from backlog_core.offset import SourceOffset
-from backlog_core.settings import parse_options
-from enumerator.enumerator import Enumerator, ReadBudget
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError, DataLossError
+from backlog_source.core.offset import SourceOffset
+from backlog_source.core.settings import parse_options
+from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)

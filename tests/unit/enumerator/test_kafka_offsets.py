@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
-from backlog_core.kafka_config import KafkaClientConfig
-from enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.kafka_config import KafkaClientConfig
+from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
 
 SECRET = "s3cret-pass"
 KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", secrets={"sasl.password": SECRET})

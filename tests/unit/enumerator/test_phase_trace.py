@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from backlog_core import span_names as names
-from backlog_core.buckets import Bucket
-from backlog_core.errors import OffsetFormatError
-from backlog_core.trace_context import SpanContextIds
-from backlog_core.offset import SourceOffset
-from backlog_core.offset import PhaseTrace, bucket_traceparent
-from enumerator.phase_trace import Finish, advance
-from enumerator.enumerator import ReadBudget
+from backlog_source.core import span_names as names
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import OffsetFormatError
+from backlog_source.core.offset import SourceOffset
+from backlog_source.core.offset import PhaseTrace, bucket_traceparent
+from backlog_source.core.trace_context import SpanContextIds
+from backlog_source.enumerator.enumerator import ReadBudget
+from backlog_source.enumerator.phase_trace import Finish, advance
 from tests.unit.enumerator.test_boundaries import event, make
 
 A0, A1, B0 = Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)
@@ -114,7 +114,7 @@ def test_a_malformed_trace_in_the_offset_is_a_clear_error(bad):
 
 def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_commits(monkeypatch):
     exported = []
-    monkeypatch.setattr("backlog_core.telemetry.export", lambda records: exported.extend(records))
+    monkeypatch.setattr("backlog_source.core.telemetry.export", lambda records: exported.extend(records))
     enumerator, client, control = make()
     start = enumerator.initial_offset()
     assert start.trace is not None and set(start.trace.buckets) == {A0, Bucket("a", 2)}

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from backlog_core.buckets import Bucket
-from enumerator.planner import OffsetRange, plan_ranges, rate_limit
+from backlog_source.core.buckets import Bucket
+from backlog_source.enumerator.planner import OffsetRange, plan_ranges, rate_limit
 
 A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
 

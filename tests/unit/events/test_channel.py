@@ -7,8 +7,8 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException
 
-from backlog_core.kafka_config import KafkaClientConfig
-from events.channel import ControlTopicReader
+from backlog_source.core.kafka_config import KafkaClientConfig
+from backlog_source.events.channel import ControlTopicReader
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
 SECRET = "hunter2-secret"

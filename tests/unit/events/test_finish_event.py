@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from backlog_core.errors import MalformedEvent
-from events.finish_event import BacklogFinishEvent
+from backlog_source.core.errors import MalformedEvent
+from backlog_source.events.finish_event import BacklogFinishEvent
 
 
 def test_event_codec_round_trip_and_rejections():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from backlog_core.kafka_config import ClientRole
-from backlog_core.settings import parse_options
+from backlog_source.core.kafka_config import ClientRole
+from backlog_source.core.settings import parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 

@@ -3,7 +3,7 @@
 :class:`KafkaClientConfig` is what every process that talks to Kafka needs and nothing more:
 the bootstrap servers, the user's ``kafka.*`` settings (secrets held as ``SecretStr``) and
 the group id. It is frozen and picklable, so it is what crosses from the driver to
-executors (inside :class:`~backlog_core.settings.ReaderConfig`).
+executors (inside :class:`~backlog_source.core.settings.ReaderConfig`).
 
 :meth:`KafkaClientConfig.librdkafka` builds the configuration of every client the project
 creates, by :class:`ClientRole`; the settings a role relies on (never join a group, never

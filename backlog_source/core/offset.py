@@ -27,10 +27,10 @@ position reaches it. Because Spark reports this dict as the ``endOffset`` of the
 has just committed, ``processing_backlog`` says whether backlog is left *after* that batch:
 the batch that reads the last backlog record already reports false, so the switch to low
 latency needs no extra batch. A stored example of every released version is read by
-``tests/unit/backlog_core/test_offset.py`` (``tests/fixtures/offsets/``).
+``tests/unit/core/test_offset.py`` (``tests/fixtures/offsets/``).
 
-Pure data and codecs; the transitions live in :mod:`enumerator.boundaries` and
-:mod:`enumerator.phase_trace`.
+Pure data and codecs; the transitions live in :mod:`backlog_source.enumerator.boundaries` and
+:mod:`backlog_source.enumerator.phase_trace`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backlog_core.buckets import Bucket, from_nested, to_nested
-from backlog_core.errors import OffsetFormatError
-from backlog_core.trace_context import SpanContextIds, derived_span_id
+from backlog_source.core.buckets import Bucket, from_nested, to_nested
+from backlog_source.core.errors import OffsetFormatError
+from backlog_source.core.trace_context import SpanContextIds, derived_span_id
 
 #: Outcomes of one control-topic message, counted in ``EventCounts``. ``implausible``: an
 #: event for a bucket no planned batch has carried to that boundary (forged, or not ours).

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from backlog_core.errors import SnapshotError
+from backlog_source.core.errors import SnapshotError
 
 MANIFEST_NAME = "_manifest.json"
 VERSION = 1

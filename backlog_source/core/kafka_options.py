@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaException
 from pydantic import SecretStr
 
-from backlog_core.errors import ConfigError
-from backlog_core.kafka_config import IsolationLevel, KafkaClientConfig
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from backlog_core.errors import ConfigError
+from backlog_source.core.errors import ConfigError
 
 _DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNIT_MS = {

@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from backlog_core import telemetry
-from backlog_core.errors import ConfigError
-from backlog_core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord
+from backlog_source.core import telemetry
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord
 
 ROOT = SpanContextIds(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
 CHILD = SpanContextIds(ROOT.trace_id, 0x00F067AA0BA902B7)
@@ -130,8 +130,8 @@ def test_sigterm_exports_queued_spans_before_the_process_ends(receiver, tmp_path
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "{receiver.endpoint}"
         os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "60000"  # never on its own during this test
         sys.path.insert(0, {str(tmp_path.parent)!r})
-        from backlog_core import telemetry
-        from backlog_core.trace_context import SpanContextIds, SpanRecord
+        from backlog_source.core import telemetry
+        from backlog_source.core.trace_context import SpanContextIds, SpanRecord
         telemetry.export([SpanRecord("backlog.phase", SpanContextIds(1, 2), None, 1, 2)])
         print("queued", flush=True)
         time.sleep(60)

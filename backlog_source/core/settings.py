@@ -27,11 +27,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from backlog_core.buckets import Bucket
-from backlog_core.durations import duration_ms
-from backlog_core.errors import ConfigError
-from backlog_core.kafka_options import kafka_client_config
-from backlog_core.kafka_config import IsolationLevel, KafkaClientConfig
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.durations import duration_ms
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
+from backlog_source.core.kafka_options import kafka_client_config
 
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
 LATEST = -1

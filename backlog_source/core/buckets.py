@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from backlog_core.errors import OffsetFormatError
+from backlog_source.core.errors import OffsetFormatError
 
 
 class Bucket(NamedTuple):

@@ -2,10 +2,10 @@ import pickle
 
 import pytest
 
-from backlog_core.buckets import Bucket
-from backlog_core.errors import ConfigError
-from backlog_core.kafka_config import ClientRole
-from backlog_core.settings import StartingPoint, parse_options
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.kafka_config import ClientRole
+from backlog_source.core.settings import StartingPoint, parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 
