@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from backlog_source.core import span_names, step_timings, telemetry
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import DataLossError
 from backlog_source.core.offset import SourceOffset
 from backlog_source.core.settings import SourceSettings
@@ -263,12 +264,13 @@ class Enumerator:
         if not vanished:
             return []
         described = ", ".join(f"{b} (next offset {positions[b]})" for b in vanished)
-        if self._settings.fail_on_data_loss and self._available_now_target is None:
-            raise DataLossError(
-                f"partition(s) {described} no longer exist; records not yet read from them may be "
-                "lost. Set failOnDataLoss=false to continue without them"
-            )
-        log.warning("partition(s) %s no longer exist; continuing without them (failOnDataLoss=false)", described)
+        # Under Trigger.AvailableNow, _verify_available_now fails the run with its own message.
+        report_data_loss(
+            self._settings.fail_on_data_loss and self._available_now_target is None,
+            f"partition(s) {described} no longer exist; records not yet read from them may be lost",
+            to_continue="Set failOnDataLoss=false to continue without them",
+            continuing="continuing without them",
+        )
         return vanished
 
     def _moved_backwards(self, read_from: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
@@ -278,13 +280,13 @@ class Enumerator:
         if not moved:
             return {}
         described = ", ".join(f"{b} (next offset {read_from[b]}, log end now {latest[b]})" for b in moved)
-        if self._settings.fail_on_data_loss:
-            raise DataLossError(
-                f"offsets moved backwards for {described}: the topic was deleted and re-created or "
-                "truncated, so records may have been lost. Set failOnDataLoss=false to continue from "
-                "the earliest offset"
-            )
-        log.warning("offsets moved backwards for %s; continuing from the earliest offset (failOnDataLoss=false)", described)
+        report_data_loss(
+            self._settings.fail_on_data_loss,
+            f"offsets moved backwards for {described}: the topic was deleted and re-created or "
+            "truncated, so records may have been lost",
+            to_continue="Set failOnDataLoss=false to continue from the earliest offset",
+            continuing="continuing from the earliest offset",
+        )
         return self._client.earliest_offsets(moved)
 
     def _verify_available_now(self, target: Mapping[Bucket, int], latest: Mapping[Bucket, int], gone: list[Bucket]) -> None:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
+from backlog_source.core.data_loss import report_data_loss
+from backlog_source.core.errors import ConfigError, SnapshotError
 from backlog_source.core.offset import SnapshotState
 from backlog_source.core.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
 from backlog_source.core.snapshot_manifest import Manifest, load_manifest
@@ -37,7 +38,7 @@ class StartingPositions:
 
 class StartingOffsets:
     """Resolves the starting options against Kafka. Raises :class:`ConfigError` when they do
-    not fit the subscription, :class:`DataLossError` for a start below the earliest offset
+    not fit the subscription, :class:`~backlog_source.core.errors.DataLossError` for a start below the earliest offset
     (``failOnDataLoss=true``), :class:`SnapshotError` for an unusable snapshot."""
 
     def __init__(self, settings: SourceSettings, client: OffsetsClient, load: ManifestLoader = load_manifest) -> None:
@@ -145,11 +146,10 @@ class StartingOffsets:
         return StartingPositions(positions, SnapshotState(path, manifest.snapshot_id, pending), frozenset(snapshot_only))
 
     def _earliest_or_data_loss(self, message: str, remedy: str, earliest: int) -> int:
-        """A start below the earliest available offset: raise :class:`DataLossError` under
+        """A start below the earliest available offset: raise :class:`~backlog_source.core.errors.DataLossError` under
         ``failOnDataLoss``, else log it and return ``earliest``."""
-        if self._settings.fail_on_data_loss:
-            raise DataLossError(f"{message}. {remedy}")
-        log.warning("%s; starting at %d (failOnDataLoss=false)", message, earliest)
+        report_data_loss(self._settings.fail_on_data_loss, message, to_continue=remedy,
+                         continuing=f"starting at {earliest}")
         return earliest
 
 

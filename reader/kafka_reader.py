@@ -32,7 +32,8 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from backlog_source.core import span_names, step_timings, telemetry
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import DataLossError, KafkaUnavailableError
+from backlog_source.core.data_loss import report_data_loss
+from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.offset_answers import watermarks
 from backlog_source.core.settings import ReaderConfig
@@ -104,7 +105,7 @@ def read_split(
     With tracing on in this process, such a range also exports a ``backlog.read`` span
     (child of the range's ``traceparent``), flushed before its last batch is handed over.
 
-    Raises :class:`DataLossError` when records of a range were deleted before they were
+    Raises :class:`~backlog_source.core.errors.DataLossError` when records of a range were deleted before they were
     read (``failOnDataLoss=true``; with false it logs a warning and reads what remains),
     :class:`KafkaUnavailableError` when no range makes progress for
     ``kafkaConsumer.pollTimeoutMs``, and
@@ -381,9 +382,8 @@ def _handle_vanished(r: KafkaRange, position: int, config: ReaderConfig) -> int:
         f"{r.bucket} no longer exists; records {position}..{r.end - 1} of the batch range "
         f"[{r.start}, {r.end}) cannot be read"
     )
-    if config.fail_on_data_loss:
-        raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
-    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    report_data_loss(config.fail_on_data_loss, message, to_continue="Set failOnDataLoss=false to skip them",
+                     continuing="skipping them")
     return r.end
 
 
@@ -418,9 +418,8 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
         f"offset {position} of {r.bucket} is out of range (earliest {low}, log end {high}); "
         f"records {position}..{resume - 1} of the batch range [{r.start}, {r.end}) are gone"
     )
-    if config.fail_on_data_loss:
-        raise DataLossError(message + ". Set failOnDataLoss=false to skip them")
-    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    report_data_loss(config.fail_on_data_loss, message, to_continue="Set failOnDataLoss=false to skip them",
+                     continuing="skipping them")
     if resume < r.end:
         _assign_afresh(consumer, tp, resume)
     return resume

@@ -1,0 +1,23 @@
+import logging
+
+import pytest
+
+from backlog_source.core.data_loss import report_data_loss
+from backlog_source.core.errors import DataLossError
+
+
+def test_failing_raises_what_was_lost_and_how_to_continue(caplog):
+    with caplog.at_level(logging.WARNING), pytest.raises(DataLossError) as raised:
+        report_data_loss(True, "records 3..9 of t-0 are gone", to_continue="Set failOnDataLoss=false to skip them",
+                         continuing="skipping them")
+    assert str(raised.value) == "records 3..9 of t-0 are gone. Set failOnDataLoss=false to skip them"
+    assert caplog.records == []
+
+
+def test_continuing_warns_on_one_logger_and_returns(caplog):
+    with caplog.at_level(logging.WARNING):
+        report_data_loss(False, "records 3..9 of t-0 are gone", to_continue="Set failOnDataLoss=false to skip them",
+                         continuing="skipping them")
+    [record] = caplog.records
+    assert record.name == "backlog_source.core.data_loss" and record.levelno == logging.WARNING
+    assert record.getMessage() == "records 3..9 of t-0 are gone; skipping them (failOnDataLoss=false)"
