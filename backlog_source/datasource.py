@@ -1,6 +1,8 @@
 """The Spark-facing surface: ``spark.readStream.format("backlog")``.
 
-Thin adapters only. Planning lives in :mod:`enumerator`, reading in :mod:`reader`.
+Thin adapters only: each hook translates between Spark's types (JSON dicts, read limits,
+input partitions) and the enumerator's or the reader's. Planning, splits included, lives in
+:mod:`backlog_source.enumerator`, reading in :mod:`backlog_source.reader`.
 
 Which process runs what:
 
@@ -31,16 +33,16 @@ from pyspark.sql.types import StructType
 from backlog_source.core import step_timings, telemetry
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.errors import ConfigError
-from backlog_source.core.offset import SourceOffset, bucket_traceparent
+from backlog_source.core.offset import SourceOffset
 from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
+from backlog_source.core.split import KafkaSplit, SnapshotSplit
 from backlog_source.enumerator.control import ControlTopic
 from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
 from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
-from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
+from backlog_source.enumerator.splits import plan_splits
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
-from backlog_source.reader.split import KafkaRange, KafkaSplit, SnapshotSplit
 
 
 class BacklogDataSource(DataSource):
@@ -186,49 +188,11 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.enumerator.prepare_for_available_now()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """Pure function of ``start`` and ``end``: a replayed batch gets the same splits.
-
-        Source id, boundaries, trace and the starts of new or reset buckets come from
-        ``end``, which Spark always takes from its offset log; the start of a query's first
-        batch comes from a fresh ``initialOffset`` call instead. A bucket carries its
-        boundary while it is pending or this batch reaches it (``finishing``).
-        """
-        first, last = SourceOffset.from_json(start), SourceOffset.from_json(end)
-        settings = self._driver_settings()
-        read_from = {b: o for b in last.positions if (o := last.read_start(first, b)) is not None}
-        boundaries = last.boundaries
-        ranges = plan_ranges(
-            read_from,
-            last.positions,
-            min_partitions=settings.min_partitions,
-            max_records_per_partition=settings.max_records_per_partition,
-        )
-        task_records = min(TASK_RECORDS, settings.max_records_per_partition or TASK_RECORDS)
+        """The splits of the batch ``[start, end)``, planned by the enumerator
+        (:func:`~backlog_source.enumerator.splits.plan_splits`): a pure function of the two
+        offsets, so a replayed batch gets the same splits."""
         with step_timings.step("driver.partitions"):
-            tasks = pack_tasks(ranges, task_records=task_records, min_tasks=settings.min_partitions or 1)
-        splits: list[InputPartition] = [
-            KafkaSplit(
-                tuple(
-                    KafkaRange(r.bucket.topic, r.bucket.partition, r.start, r.end, boundaries.get(r.bucket),
-                               bucket_traceparent(last.trace, r.bucket))
-                    for r in task
-                ),
-                last.source_id,
-            )
-            for task in tasks
-        ]
-        # A bucket whose snapshot was pending at the start and is not at the end reads it in
-        # this batch; its log range starts at the snapshot's log offset.
-        if first.snapshot is not None:
-            read_after = last.snapshot.pending if last.snapshot is not None else {}
-            for bucket, files in sorted(first.snapshot.pending.items()):
-                if bucket not in read_after:
-                    splits.append(SnapshotSplit(
-                        topic=bucket.topic, partition=bucket.partition, root=first.snapshot.root, files=files,
-                        log_offset=first.positions[bucket], boundary=boundaries.get(bucket),
-                        source_id=last.source_id, traceparent=bucket_traceparent(last.trace, bucket),
-                    ))
-        return splits
+            return plan_splits(SourceOffset.from_json(start), SourceOffset.from_json(end), self._driver_settings())
 
     def commit(self, end: dict) -> None:
         pass

@@ -38,8 +38,8 @@ from common import machine, median_and_spread, with_spread, write_results  # noq
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from backlog_source.core.settings import parse_options  # noqa: E402
+from backlog_source.core.split import KafkaRange, KafkaSplit  # noqa: E402
 from backlog_source.reader.kafka_reader import read_split  # noqa: E402
-from backlog_source.reader.split import KafkaRange, KafkaSplit  # noqa: E402
 from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
 from backlog_source.testing.broker import create_topic  # noqa: E402
 

@@ -9,22 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 
 from backlog_source.core.buckets import Bucket
-
-
-@dataclass(frozen=True, order=True)
-class OffsetRange:
-    """The half-open offset range ``[start, end)`` of one bucket."""
-
-    bucket: Bucket
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return max(0, self.end - self.start)
+from backlog_source.core.split import KafkaRange
 
 
 def lag(start: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
@@ -65,7 +53,7 @@ def plan_ranges(
     *,
     min_partitions: int | None = None,
     max_records_per_partition: int | None = None,
-) -> list[OffsetRange]:
+) -> list[KafkaRange]:
     """Cut the batch ``[start, end)`` into ranges, as Spark's
     ``KafkaOffsetRangeCalculator.getRanges`` does.
 
@@ -75,7 +63,7 @@ def plan_ranges(
     range whose share ``size / total * minPartitions`` rounds to one stays whole, and the
     others split ``minPartitions - unsplit`` in proportion to their size.
     """
-    ranges = [OffsetRange(b, start[b], end[b]) for b in sorted(end) if b in start and end[b] > start[b]]
+    ranges = [KafkaRange.of(b, start[b], end[b]) for b in sorted(end) if b in start and end[b] > start[b]]
     if max_records_per_partition is not None:
         ranges = [piece for r in ranges for piece in _cut(r, math.ceil(r.size / max_records_per_partition))]
     if min_partitions is None or len(ranges) >= min_partitions:
@@ -97,9 +85,10 @@ def _part_count(size: int, total: int, parts: int) -> int:
     return max(math.floor(size / total * parts + 0.5), 1)
 
 
-def _cut(offset_range: OffsetRange, parts: int) -> list[OffsetRange]:
+def _cut(offset_range: KafkaRange, parts: int) -> list[KafkaRange]:
     """``offset_range`` in ``parts`` contiguous pieces; the last takes the rounding (Spark's
-    ``getDividedPartition``). Empty pieces are dropped."""
+    ``getDividedPartition``). Empty pieces are dropped; each piece keeps the range's
+    boundary and trace context."""
     pieces = []
     remaining = offset_range.size
     position = offset_range.start
@@ -108,7 +97,7 @@ def _cut(offset_range: OffsetRange, parts: int) -> list[OffsetRange]:
         remaining -= size
         end = min(position + size, offset_range.end)
         if end > position:
-            pieces.append(OffsetRange(offset_range.bucket, position, end))
+            pieces.append(replace(offset_range, start=position, end=end))
         position = end
     return pieces
 
@@ -120,13 +109,13 @@ def _cut(offset_range: OffsetRange, parts: int) -> list[OffsetRange]:
 TASK_RECORDS = 40_000
 
 
-def pack_tasks(ranges: list[OffsetRange], *, task_records: int = TASK_RECORDS, min_tasks: int = 1) -> list[list[OffsetRange]]:
+def pack_tasks(ranges: list[KafkaRange], *, task_records: int = TASK_RECORDS, min_tasks: int = 1) -> list[list[KafkaRange]]:
     """Group ``ranges`` into tasks: a range of ``task_records`` or more is a task of its
     own; smaller ones share tasks of at most ``task_records`` records, never two ranges of
     one bucket in a task. At least ``min_tasks`` tasks when there are that many ranges
     (``minPartitions``). Deterministic: a replayed batch gets the same tasks."""
     ordered = sorted(ranges, key=lambda r: (-r.size, r.bucket, r.start))
-    tasks: list[list[OffsetRange]] = []
+    tasks: list[list[KafkaRange]] = []
     totals: list[int] = []
     for r in ordered:
         if r.size >= task_records:

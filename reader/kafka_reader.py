@@ -37,11 +37,11 @@ from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.offset_answers import watermarks
 from backlog_source.core.settings import ReaderConfig
+from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
 from backlog_source.events.channel import publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.reader.arrow import to_record_batch
-from backlog_source.reader.split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 

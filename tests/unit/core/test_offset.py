@@ -9,7 +9,7 @@ import pytest
 from backlog_source.core.buckets import Bucket, from_nested, to_nested
 from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.offset import PhaseTrace, SourceOffset, parse_reported
-from backlog_source.reader.split import KafkaSplit
+from backlog_source.core.split import KafkaSplit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "offsets"
 O0, O1 = Bucket("orders", 0), Bucket("orders", 1)

@@ -5,7 +5,8 @@ import random
 import pytest
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.enumerator.planner import OffsetRange, plan_ranges, rate_limit
+from backlog_source.core.split import KafkaRange
+from backlog_source.enumerator.planner import plan_ranges, rate_limit
 
 A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
 
@@ -51,7 +52,7 @@ def test_rate_limit_randomised_invariants():
 
 def test_plan_ranges_skips_empty_and_unknown_buckets():
     ranges = plan_ranges({A: 0, B: 5}, {A: 10, B: 5, C: 3})
-    assert ranges == [OffsetRange(A, 0, 10)]
+    assert ranges == [KafkaRange.of(A, 0, 10)]
 
 
 def test_max_records_per_partition_cuts_big_ranges_like_spark():

@@ -7,8 +7,8 @@ from confluent_kafka import KafkaError, KafkaException
 from backlog_source.core.errors import DataLossError, KafkaUnavailableError, MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
+from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.reader.kafka_reader import read_split
-from backlog_source.reader.split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "5000"}).reader_config

@@ -4,9 +4,9 @@ import pytest
 
 from backlog_source.core import telemetry
 from backlog_source.core.settings import parse_options
+from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.events import dedup
 from backlog_source.reader.kafka_reader import read_split
-from backlog_source.reader.split import KafkaRange, KafkaSplit
 from tests.fakes import FakeConsumer, Msg, eof
 
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"}).reader_config

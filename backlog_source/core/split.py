@@ -1,7 +1,10 @@
-"""Splits: the immutable plan of one Spark input partition (one task).
+"""Splits: the immutable plan of one Spark input partition (one task), and the one range type.
 
-Created on the driver by ``partitions(start, end)``, pickled to an executor, read there by
-:func:`backlog_source.reader.kafka_reader.read_split` or :func:`backlog_source.reader.snapshot_reader.read_snapshot_split`.
+Planned on the driver by :func:`backlog_source.enumerator.splits.plan_splits` (for Spark's
+``partitions(start, end)``), pickled to an executor, read there by
+:func:`backlog_source.reader.kafka_reader.read_split` or
+:func:`backlog_source.reader.snapshot_reader.read_snapshot_split`. Here, on the bottom floor,
+because both the enumerator (which plans them) and the reader (which reads them) use them.
 They hold plain values only; Spark pickles them, so they need no other codec.
 """
 
@@ -16,7 +19,7 @@ from backlog_source.core.buckets import Bucket
 
 @dataclass(frozen=True)
 class KafkaRange:
-    """Offsets ``[start, end)`` of one bucket.
+    """Offsets ``[start, end)`` of one bucket: what the planner cuts and a split reads.
 
     ``boundary`` is the bucket's backlog boundary (a log end offset) while the bucket is in
     backlog or this batch reaches it, else None; the reader whose consumer position moves
@@ -34,6 +37,10 @@ class KafkaRange:
     def __post_init__(self) -> None:
         if self.start < 0 or self.end < self.start:
             raise ValueError(f"range of {self.topic}-{self.partition} is invalid: [{self.start}, {self.end})")
+
+    @classmethod
+    def of(cls, bucket: Bucket, start: int, end: int) -> "KafkaRange":
+        return cls(bucket.topic, bucket.partition, start, end)
 
     @property
     def bucket(self) -> Bucket:
