@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from datetime import datetime
 
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source import ConfigError, start_backlog_aware
 from backlog_source.mode_switch import switchers
@@ -62,28 +62,40 @@ class LiveTraffic:
         self.thread.join(timeout=120)
 
 
-def assert_low_latency_cadence(progresses, interval_s):
+def trigger_slots(progresses, interval_s) -> list[int]:
+    """The grid slot (``floor(start / interval)``) each trigger started in."""
+    interval_ms = round(interval_s * 1000)
+    return [round(start * 1000) // interval_ms for start in trigger_times(progresses)]
+
+
+def assert_paced_by(progresses, interval_s):
     """Spark's ProcessingTimeExecutor starts a trigger at the next multiple of the interval,
-    or at once when the previous batch overran it: every trigger here must be one of those."""
-    for previous, current in zip(progresses, progresses[1:]):
-        start = trigger_times([current])[0]
-        previous_end = trigger_times([previous])[0] + previous["durationMs"]["triggerExecution"] / 1000
-        phase = start % interval_s
-        on_the_grid = min(phase, interval_s - phase) < 0.05
-        assert on_the_grid or start - previous_end < 0.1, (previous["timestamp"], current["timestamp"])
+    or at once when the previous batch overran it (so in a later slot): at most one trigger
+    starts in each slot of the grid, however loaded the machine. A 0 s trigger that reads
+    records arriving faster than the interval starts several in one slot."""
+    slots = trigger_slots(progresses, interval_s)
+    assert slots == sorted(set(slots)), [p["timestamp"] for p in progresses]
 
 
-def assert_triggers_on_the_grid(handle, broker, topic, interval_s, probes=3):
-    """With nothing else to read, a record produced at a random moment is read by the next
-    trigger of the grid (a 0 s trigger would start at once, anywhere): three probes, each on
-    the grid within 100 ms, leave a 0 s cadence less than a 1% chance to pass."""
+def spark_trigger_interval_ms(query) -> int:
+    """The interval the running query's trigger executor holds now, read from the JVM."""
+    executor = switchers._java_query(query).triggerExecutor()
+    field = executor.getClass().getDeclaredField(switchers.INTERVAL_FIELD)
+    field.setAccessible(True)
+    return int(field.getLong(executor))
+
+
+def assert_low_latency_pacing(handle, broker, topic, interval_s, probes=5):
+    """The running executor holds the low-latency interval, and triggers keep to its grid:
+    single records produced back to back (each as soon as the previous one was read) would
+    start several triggers per slot under a 0 s trigger; here each waits for its slot."""
+    assert spark_trigger_interval_ms(handle.query) == round(interval_s * 1000)
+    seen = len(handle.query.recentProgress)
     for probe in range(probes):
-        seen = len(handle.query.recentProgress)
         fill(broker, topic, 1, 1, start=5_000_000 + probe)
-        wait_for(lambda: len(handle.query.recentProgress) > seen, 60, "the probe's batch")
-        start = trigger_times([handle.query.recentProgress[-1]])[0]
-        phase = start % interval_s
-        assert min(phase, interval_s - phase) < 0.1, handle.query.recentProgress[-1]["timestamp"]
+        count = len(handle.query.recentProgress)
+        wait_for(lambda: len(handle.query.recentProgress) > count, 60, "the probe's batch")
+    assert_paced_by(handle.query.recentProgress[seen - 1:], interval_s)
 
 
 def writer_of(df, sink, out, ckpt):
@@ -123,7 +135,7 @@ def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker
             wait_for(lambda: len(handle.transitions) == 3, 180, "re-entry and its end")
             wait_for(lambda: handle.transitions[-1].effective_seconds is not None, 60, "the last switch to take effect")
         wait_caught_up(handle, broker, topic_name)
-        assert_triggers_on_the_grid(handle, broker, topic_name, interval_s=1.0)
+        assert_low_latency_pacing(handle, broker, topic_name, interval_s=1.0)
         assert [(t.from_mode, t.to_mode, t.method) for t in handle.transitions] == [
             ("high-throughput", "low-latency", "in-place"), ("low-latency", "high-throughput", "in-place"),
             ("high-throughput", "low-latency", "in-place")]
@@ -131,7 +143,7 @@ def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker
         assert [q.id for q in spark.streams.active] == [query.id]
         last_switch = handle.transitions[-1]
         effective = last_switch.at + last_switch.effective_seconds
-        assert_low_latency_cadence([p for p in query.recentProgress if trigger_times([p])[0] >= effective], 1.0)
+        assert_paced_by([p for p in query.recentProgress if trigger_times([p])[0] >= effective], 1.0)
         batch_ids = [p["batchId"] for p in query.recentProgress]
         assert batch_ids == sorted(set(batch_ids))  # no batch interrupted or replayed
     finally:
@@ -231,27 +243,67 @@ def test_the_restart_method_keeps_the_same_guarantees(spark, broker, topic_name,
     assert_exactly_once(spark, broker, topic_name, out)
 
 
+class HoldBoundaryProgress(StreamingQueryListener):
+    """Registered before the handle's listener, so Spark's listener bus hands it each
+    progress event first: it holds back the event of the batch that leaves backlog until
+    the next batch is inside the sink. The switch is then decided and applied while that
+    batch is running, every time, not when a race happens to go that way."""
+
+    def __init__(self, next_batch_in_sink: threading.Event) -> None:
+        self.next_batch_in_sink = next_batch_in_sink
+
+    def onQueryStarted(self, event):
+        pass
+
+    def onQueryProgress(self, event):
+        offset = event.progress.sources[0].endOffset if event.progress.sources else None
+        if offset and json.loads(offset).get("processing_backlog") is False:
+            self.next_batch_in_sink.wait(120)
+
+    def onQueryIdle(self, event):
+        pass
+
+    def onQueryTerminated(self, event):
+        pass
+
+
 def test_a_slow_sink_does_not_make_an_in_place_switch_slow(spark, broker, topic_name, tmp_path):
-    """A foreachBatch that takes seconds: the in-place switch applies at once (nothing to
-    wait for, nothing stopped), and no batch is aborted or replayed."""
+    """A batch is in the sink when the switch is decided, and the sink does not return
+    until the switch has been applied: an in-place switch that waited for the running batch
+    (as a restart does) would never be applied, and the sink's wait would fail. No batch is
+    aborted or replayed."""
     make_topic(broker, topic_name, 1, per_partition=5_000)
-    written = []
+    written, held = [], []
+    in_sink, switched = threading.Event(), threading.Event()
+    handle = None
 
     def slow(batch_df, batch_id):
         written.append(batch_id)
-        time.sleep(3)  # the sink under test is slow; the test waits on conditions, not on this
+        if batch_id == 0 or handle is None or handle.query.lastProgress is None:
+            return
+        if end_offset(handle.query.lastProgress)["processing_backlog"] is False and not handle.transitions:
+            held.append(batch_id)  # the batch after the one that left backlog, before the switch
+            in_sink.set()
+            # Raises (and fails the query) if the switch waits for this batch to end.
+            wait_for(lambda: handle.transitions, 120, f"the switch, while batch {batch_id} is in the sink")
+            switched.set()
 
+    gate = HoldBoundaryProgress(in_sink)
+    spark.streams.addListener(gate)
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", **{"backlog.maxOffsetsPerTrigger": 2_000})
-    handle = start_backlog_aware(df.writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "c")),
-                                 "0 seconds", "1 second")
+    writer = df.writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "c"))
     try:
-        wait_for(lambda: handle.transitions, 120, "the switch")
+        with LiveTraffic(broker, topic_name, 1, start=5_000, per_burst=20):  # the next batch always has records
+            handle = start_backlog_aware(writer, "0 seconds", "1 second")
+            wait_for(switched.is_set, 180, "the switch, applied while a batch was in the sink")
         (transition,) = handle.transitions
-        assert transition.method == "in-place" and transition.apply_seconds < 1.0
-        fill(broker, topic_name, 1, 10, start=5_000)
+        assert transition.method == "in-place" and len(held) == 1
         wait_caught_up(handle, broker, topic_name)
     finally:
-        handle.stop()
+        in_sink.set()
+        spark.streams.removeListener(gate)
+        if handle is not None:
+            handle.stop()
     assert written == sorted(set(written))  # each batch once: none aborted and replayed
 
 

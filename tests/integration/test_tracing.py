@@ -3,7 +3,6 @@ program (mode switch) export to a real OTLP/HTTP receiver on loopback."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -122,7 +121,18 @@ def test_nothing_is_exported_when_tracing_is_not_configured(spark, broker, topic
     try:
         assert not telemetry.enabled()
         run_backlog_aware(spark, broker, topic_name, tmp_path, "untraced")
-        time.sleep(1)  # longer than any export delay configured in the other test
+        # Instead of waiting for an export that should not come: every executor Python worker
+        # (the environment the readers ran in) says whether it exports, and flushes what it
+        # would have queued, so anything queued has been sent by the time the job returns.
+        def exports_spans_here(_) -> bool:  # nested: pickled by value, not imported by the worker
+            from backlog_source.core import telemetry as worker_telemetry
+
+            worker_telemetry.flush()
+            return worker_telemetry.enabled()
+
+        answers = spark.sparkContext.parallelize(range(8), 8).map(exports_spans_here).collect()
+        assert answers == [False] * 8
+        assert not telemetry.enabled() and telemetry.flush()
         assert default_endpoint.requests == 0
     finally:
         default_endpoint.stop()
