@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from backlog_source.core.buckets import Bucket
 from backlog_source.enumerator.kafka_offsets import TopicIdentity
 from backlog_source.events.channel import ControlMessages
+from backlog_source.mode_switch.switchers import SwitchMethod
 
 
 @dataclass
@@ -276,11 +277,14 @@ class FakeWriter:
 class FakeInPlaceSwitcher:
     """A switcher that changes the fake query's interval in place and records each change."""
 
-    method = "in-place"
+    method = SwitchMethod.IN_PLACE
 
     def __init__(self, query: FakeQuery) -> None:
         self.query = query
         self.applied: list[int] = []
+
+    def attach(self, interval_ms: int, *, cancelled=lambda: False) -> bool:
+        return True
 
     def switch(self, interval_ms: int) -> FakeQuery:
         self.applied.append(interval_ms)

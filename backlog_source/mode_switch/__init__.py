@@ -1,15 +1,17 @@
 """Switch a running query's trigger between high-throughput and low-latency with its backlog.
 
 :func:`start_backlog_aware` (in :mod:`.start`) starts the query and returns a
-:class:`BacklogAwareQuery` handle (:mod:`.controller`); :class:`BacklogModeListener`
-(:mod:`.listener`) is the ``StreamingQueryListener`` that decides; :mod:`.switchers`
-changes the interval, in place or by a restart; :mod:`.writer_info` inspects the writer.
+:class:`BacklogAwareQuery` handle (:mod:`.controller`, with the :class:`ModeController`
+that decides); :class:`BacklogModeListener` (:mod:`.listener`) is the
+``StreamingQueryListener`` that reads the backlog flag; :mod:`.policy` decides once how
+switches are made, :mod:`.switchers` makes them, in place or by a restart;
+:mod:`.writer_info` inspects the writer.
 """
 
 from backlog_source.mode_switch.controller import BacklogAwareQuery, Transition
 from backlog_source.mode_switch.listener import BacklogModeListener, Mode, backlog_flag
 from backlog_source.mode_switch.start import start_backlog_aware
-from backlog_source.mode_switch.switchers import IN_PLACE, RESTART
+from backlog_source.mode_switch.switchers import SwitchMethod
 
-__all__ = ["IN_PLACE", "RESTART", "BacklogAwareQuery", "BacklogModeListener", "Mode", "Transition", "backlog_flag",
+__all__ = ["BacklogAwareQuery", "BacklogModeListener", "Mode", "SwitchMethod", "Transition", "backlog_flag",
            "start_backlog_aware"]

@@ -1,11 +1,13 @@
-"""The controller behind :func:`~backlog_source.mode_switch.start_backlog_aware`, and the
-handle it returns.
+"""The handle :func:`~backlog_source.mode_switch.start_backlog_aware` returns, and the
+controller behind it.
 
-Which process: the user's driver program. :class:`~.listener.BacklogModeListener` (the
-component that decides, on Spark's listener thread) hands each progress event to
-:meth:`BacklogAwareQuery.receive`, which only queues it; the controller's own thread applies
-switches through a :class:`~.switchers.TriggerSwitcher` (in place, or by a restart), so a
-slow switch or a slow sink never blocks Spark's listener thread.
+Which process: the user's driver program. :class:`~.listener.BacklogModeListener` (on
+Spark's listener thread) hands each progress event to :meth:`BacklogAwareQuery.receive`,
+which only queues it; the handle's controller thread gives the messages, one at a time, to
+:class:`ModeController`, which decides and applies switches through the
+:class:`~.switchers.TriggerSwitcher` its :class:`~.policy.SwitchPolicy` chose (in place, or
+by a restart). So a slow switch or a slow sink never blocks Spark's listener thread, and the
+controller itself has no thread of its own to fake in a unit test.
 
 A switch is decided by the progress of the batch after which the flag changed (the source
 sets it on the batch that reads the last backlog record, so no extra batch is waited for).
@@ -35,14 +37,8 @@ from backlog_source.mode_switch.listener import (
     TriggerIdle,
     backlog_flag,
 )
-from backlog_source.mode_switch.switchers import (
-    RESTART,
-    RestartSwitcher,
-    TriggerSwitcher,
-    choose_switcher,
-    last_progress,
-)
-from backlog_source.mode_switch.writer_info import session_of
+from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher, last_progress
 
 log = logging.getLogger(__name__)
 
@@ -52,38 +48,43 @@ class Transition:
     """One switch.
 
     ``batch_id``: the batch whose progress asked for it; ``at``: the decision (wall-clock
-    seconds); ``method``: ``"in-place"`` or ``"restart"``; ``apply_seconds``: decision ->
+    seconds); ``method``: how it was made; ``apply_seconds``: decision ->
     the new interval applied (the field written, or the restarted query's ``start()``
     returned); ``effective_seconds``: decision -> the start of the first trigger under the
     new interval (None until that trigger is seen). In place, ``effective_seconds`` is the
     wait already scheduled with the old interval plus the switch's own cost.
     """
 
-    from_mode: str
-    to_mode: str
+    from_mode: Mode
+    to_mode: Mode
     batch_id: int
     at: float
-    method: str
+    method: SwitchMethod
     apply_seconds: float
     effective_seconds: float | None = None
 
     @property
     def restart_seconds(self) -> float:
         """What the stop and start cost (0 for an in-place switch)."""
-        return self.apply_seconds if self.method == RESTART else 0.0
+        return self.apply_seconds if self.method is SwitchMethod.RESTART else 0.0
 
 
 @dataclass(frozen=True)
-class _Stop:
-    """The user stopped the handle."""
+class Stop:
+    """The user stopped the handle: stop the query; no restart follows."""
 
 
-class BacklogAwareQuery:
-    """The handle :func:`start_backlog_aware` returns, and the controller behind it.
+Message = BatchCommitted | TriggerIdle | QueryTerminated | Stop
 
-    ``mode``, ``transitions``, ``query`` and ``switch_method`` may be read from any thread.
-    ``clock`` (wall-clock seconds) and ``wait`` (``queue.get`` with a timeout) are injected
-    so that unit tests drive the controller without sleeping.
+
+class ModeController:
+    """The decisions of one backlog-aware query: its mode, when to switch, and how.
+
+    Runs on one thread at a time (the handle's controller thread): :meth:`start` starts the
+    query in ``initial_mode`` and takes the switcher from ``policy``; :meth:`attach` readies
+    it for the running query; :meth:`handle` acts on each message. ``mode``, ``transitions``,
+    ``query`` and ``switch_method`` may be read from any thread. ``clock`` (wall-clock
+    seconds) is injected so that tests drive the controller without sleeping.
     """
 
     def __init__(
@@ -91,46 +92,37 @@ class BacklogAwareQuery:
         writer: Any,
         high_throughput_interval: str,
         low_latency_interval: str,
+        policy: SwitchPolicy,
         *,
         initial_mode: Mode = Mode.HIGH_THROUGHPUT,
-        force_restart: bool = False,
         settle_timeout_s: float = 5.0,
-        restart_refused: str | None = None,
         clock: Callable[[], float] = time.time,
-        choose: Callable[..., tuple[TriggerSwitcher, str]] = choose_switcher,
     ) -> None:
-        """``restart_refused``: why this query's sink cannot be restarted, if it cannot (then
-        a restart-method switch is never attempted; see :meth:`_attach_switcher`)."""
         self._writer = writer
         self._intervals = {Mode.HIGH_THROUGHPUT: high_throughput_interval, Mode.LOW_LATENCY: low_latency_interval}
         self._mode = initial_mode
-        self._force_restart = force_restart
+        self._policy = policy
         self._settle_timeout_s = settle_timeout_s
-        self._restart_refused = restart_refused
         self._clock = clock
-        self._choose = choose
         self._lock = threading.Lock()
         self._transitions: list[Transition] = []
-        self._inbox: queue.Queue = queue.Queue()
-        self._done = threading.Event()
-        self._failure: BaseException | None = None
         self._query: Any = None
         self._query_id: str | None = None
         self._run_id: str | None = None
         self._switcher: TriggerSwitcher | None = None
-        self._attached = False  # _attach_switcher has run
         self._stopping = False
         self._pending_effect: tuple[int, _SwitchSpan] | None = None  # (applied at ms, its span)
         self._restarted_in: Mode | None = None  # the mode a restart-method switch started in
-        self._listener = BacklogModeListener(self)
-        self._thread = threading.Thread(target=self._run, name="backlog-mode-controller", daemon=True)
+        #: Why the controller ended: the query's failure or a switch that failed; None while
+        #: it runs and after a stop.
+        self.failure: BaseException | None = None
 
-    # -- public handle -------------------------------------------------------------------
+    # -- read from any thread ------------------------------------------------------------
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         with self._lock:
-            return self._mode.value
+            return self._mode
 
     @property
     def transitions(self) -> list[Transition]:
@@ -139,64 +131,101 @@ class BacklogAwareQuery:
 
     @property
     def query(self) -> Any:
-        """The running ``StreamingQuery`` (the same object for the life of the handle when
-        switches are in place; a new one after each restart-method switch)."""
         with self._lock:
             return self._query
 
     @property
-    def switch_method(self) -> str:
-        """``"in-place"`` or ``"restart"``: how this handle switches (decided at start; it
-        becomes ``"restart"`` only if the running query then fails the in-place checks)."""
+    def switch_method(self) -> SwitchMethod:
         assert self._switcher is not None, "start() first"
         return self._switcher.method
 
-    def await_termination(self, timeout: float | None = None) -> bool:
-        """Wait until the handle is stopped or the query fails; switches do not count.
-        Returns False on timeout. Raises the query's exception if it failed."""
-        finished = self._done.wait(timeout)
-        if self._failure is not None:
-            raise self._failure
-        return finished
-
-    def stop(self) -> None:
-        """Stop the query and the controller; no restart follows."""
+    def stopping(self) -> None:
+        """The handle is stopping: an attach still waiting gives up, no switch starts."""
         with self._lock:
             self._stopping = True
-        self._inbox.put(_Stop())
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=120)
-        self._finish()
 
-    # -- the listener's side -------------------------------------------------------------
+    # -- the controller thread -----------------------------------------------------------
 
-    def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None:
-        """Called on Spark's listener thread: queue messages about this query, never block."""
-        if message.query_id == self._query_id:
-            self._inbox.put(message)
-
-    # -- the controller's side -----------------------------------------------------------
-
-    def start(self, *, thread: bool = True) -> "BacklogAwareQuery":
-        """Register the listener, start the query in the initial mode, choose the switch
-        method (logged once, with the reason) and start the controller thread (unit tests
-        pass ``thread=False`` and call :meth:`_process_queued` themselves). Returns as soon
-        as the query started: nothing here waits for the query's plan or first batch."""
-        spark = session_of(self._writer)
-        spark.streams.addListener(self._listener)
+    def start(self) -> None:
+        """Start the query in the initial mode and choose the switch method (logged once,
+        with the reason). Returns as soon as the query started: nothing here waits for the
+        query's plan or first batch. Raises what ``start()`` or the policy raise, with the
+        query stopped again."""
         try:
-            interval = self._interval_ms(self._mode)
-            query = self._start_query(interval)
-            self._switcher, reason = self._choose(query, self._restart_switcher, force_restart=self._force_restart)
+            query = self._start_query(self._interval_ms(self._mode))
+            self._switcher, reason = self._policy.choose(query, self._restart_switcher)
         except BaseException:
-            spark.streams.removeListener(self._listener)
-            self._stop_quietly()
+            self.stop_query()
             raise
         log.info("started in %s mode (trigger %s); mode switches are %s: %s", self._mode.value,
-                 self._intervals[self._mode], self._switcher.method, reason)
-        if thread:
-            self._thread.start()
-        return self
+                 self._intervals[self._mode], self._switcher.method.value, reason)
+
+    def attach(self) -> bool:
+        """Ready the switcher for the running query, before any message is handled (they
+        wait in the handle's queue meanwhile). An in-place switcher waits for the query's
+        trigger executor, which appears when the query's plan is ready, about a second after
+        ``start()``; the first switch comes after the first batch anyway.
+
+        Where the running executor fails the in-place checks, the policy falls back to
+        restarts or refuses; refused, the controller ends with the error in ``failure`` (the
+        query keeps running in its first mode). False when the controller ended."""
+        assert self._switcher is not None, "start() first"
+        try:
+            self._switcher.attach(self._interval_ms(self._mode), cancelled=lambda: self._stopping)
+        except ModeSwitchError as exc:
+            try:
+                self._switcher = self._policy.fall_back(exc, self._restart_switcher)
+            except ModeSwitchError as refused:
+                self.failure = refused
+                log.error("%s", refused)
+                return False
+        return True
+
+    def handle(self, message: Message) -> bool:
+        """Act on one message; False once the controller is done (stopped, the query
+        terminated, or a switch failed: then ``failure`` says why)."""
+        log.debug("controller: %s (current run %s, mode %s)", message, self._run_id, self._mode.value)
+        if isinstance(message, Stop):
+            self.stop_query()
+            self.end()
+            return False
+        if message.query_id != self._query_id or message.run_id != self._run_id:
+            return True  # another query of the session, or a run replaced by a restart-method switch
+        if isinstance(message, QueryTerminated):
+            if self._stopping:
+                return True
+            self.failure = _query_failure(self._query, message.exception)
+            log.error("the query terminated%s; not restarting", f": {message.exception}" if message.exception else "")
+            return False
+        if isinstance(message, TriggerIdle):
+            self._note_trigger(message.at_ms, span_names.SWITCH_ENDED_BY_IDLE)
+            return True
+        self._note_trigger(message.trigger_started_ms, span_names.SWITCH_ENDED_BY_BATCH)
+        wanted = Mode.for_backlog(message.processing_backlog)
+        if wanted is not self._mode and not self._stopping:
+            try:
+                self._switch(wanted, message)
+            except BaseException as exc:  # a failed switch ends the handle, visibly
+                self.failure = exc
+                return False
+        return True
+
+    def end(self) -> None:
+        """Close a switch that has not taken effect yet (its span ends as stopped) and flush
+        the spans of this process."""
+        self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, self._clock())
+        telemetry.flush()
+
+    def stop_query(self) -> None:
+        """Stop the running query, if any; quietly when it already failed or stopped."""
+        query = self._query
+        if query is not None:
+            try:
+                query.stop()
+            except Exception as exc:  # already failed or stopped
+                log.debug("stopping the query: %s", exc)
+
+    # -- inside -----------------------------------------------------------------------------
 
     def _start_query(self, interval_ms: int) -> Any:
         query = self._writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
@@ -225,79 +254,6 @@ class BacklogAwareQuery:
     def _interval_ms(self, mode: Mode) -> int:
         return duration_ms(f"{mode.value} interval", self._intervals[mode], bare_number_unit=None)
 
-    def _run(self) -> None:
-        if not self._attach_switcher():
-            return
-        while self._handle(self._inbox.get()):
-            pass
-
-    def _process_queued(self) -> None:
-        """Handle every queued message on the calling thread (unit tests; no thread started)."""
-        if not self._attach_switcher():
-            return
-        while not self._inbox.empty() and self._handle(self._inbox.get_nowait()):
-            pass
-
-    def _attach_switcher(self) -> bool:
-        """Attach an in-place switcher to the running query's trigger executor, once, before
-        any message is handled (messages wait in the inbox meanwhile). ``start()`` does not
-        wait for this: the executor appears only when the query's plan is ready, about a
-        second later, and the first switch comes after the first batch.
-
-        Where the running executor fails the checks, switches are by restart from then on
-        (logged), unless this sink cannot restart: then the handle ends with the error (the
-        query keeps running in its first mode). False when the handle ended."""
-        if self._attached:
-            return True
-        self._attached = True
-        attach = getattr(self._switcher, "attach", None)
-        if attach is None:
-            return True
-        try:
-            attach(self._interval_ms(self._mode), cancelled=lambda: self._stopping)
-            return True
-        except ModeSwitchError as exc:
-            if self._restart_refused is not None:
-                self._failure = ModeSwitchError(
-                    f"the query cannot switch modes: in place is impossible on the running query ({exc}), and "
-                    f"{self._restart_refused}")
-                log.error("%s", self._failure)
-                self._finish()
-                return False
-            log.warning("mode switches are by restart after all: in place is impossible on the running query: %s", exc)
-            self._switcher = self._restart_switcher()
-            return True
-
-    def _handle(self, message: BatchCommitted | TriggerIdle | QueryTerminated | _Stop) -> bool:
-        """Act on one message; False once the controller is done."""
-        log.debug("controller: %s (current run %s, mode %s)", message, self._run_id, self._mode.value)
-        if isinstance(message, _Stop):
-            self._stop_quietly()
-            self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, self._clock())
-            return False
-        if message.run_id != self._run_id:
-            return True  # a run replaced by a restart-method switch
-        if isinstance(message, QueryTerminated):
-            if self._stopping:
-                return True
-            self._failure = _query_failure(self._query, message.exception)
-            log.error("the query terminated%s; not restarting", f": {message.exception}" if message.exception else "")
-            self._finish()
-            return False
-        if isinstance(message, TriggerIdle):
-            self._note_trigger(message.at_ms, span_names.SWITCH_ENDED_BY_IDLE)
-            return True
-        self._note_trigger(message.trigger_started_ms, span_names.SWITCH_ENDED_BY_BATCH)
-        wanted = Mode.for_backlog(message.processing_backlog)
-        if wanted is not self._mode and not self._stopping:
-            try:
-                self._switch(wanted, message)
-            except BaseException as exc:  # a failed switch ends the handle, visibly
-                self._failure = exc
-                self._finish()
-                return False
-        return True
-
     def _switch(self, wanted: Mode, asked_by: BatchCommitted) -> None:
         assert self._switcher is not None
         decided = self._clock()
@@ -308,14 +264,13 @@ class BacklogAwareQuery:
         target = wanted
         if query is not old_query and self._restarted_in is not None:
             target = self._restarted_in  # see _restart_in_mode_of_last_batch
-        elif query is old_query and self._switcher.method == RESTART:
+        elif query is old_query and self._switcher.method is SwitchMethod.RESTART:
             target = previous  # still_needed said no: the flag flipped back while waiting
         if target is previous:
             log.info("the flag flipped back before the switch took effect; staying in %s", previous.value)
             return
         applied = self._clock()
-        transition = Transition(previous.value, target.value, asked_by.batch_id, decided, self._switcher.method,
-                                applied - decided)
+        transition = Transition(previous, target, asked_by.batch_id, decided, self._switcher.method, applied - decided)
         span = _SwitchSpan(transition, asked_by.traceparent, self._intervals, query_id=str(query.id),
                            run_id=str(query.runId))
         with self._lock:
@@ -324,7 +279,7 @@ class BacklogAwareQuery:
         self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, applied)  # a switch before the last took effect
         self._pending_effect = (int(applied * 1000), span)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,
-                 self._switcher.method, applied - decided)
+                 self._switcher.method.value, applied - decided)
 
     def _note_trigger(self, started_ms: int, ended_by: str) -> None:
         """A trigger started at ``started_ms``: the first one after the switch was applied
@@ -344,20 +299,93 @@ class BacklogAwareQuery:
             ]
         span.end(ended_by, effective)
 
-    def _stop_quietly(self) -> None:
-        query = self._query
-        if query is not None:
-            try:
-                query.stop()
-            except Exception as exc:  # already failed or stopped
-                log.debug("stopping the query: %s", exc)
+
+class BacklogAwareQuery:
+    """The handle :func:`start_backlog_aware` returns: the listener, a queue, and the
+    controller thread that hands each queued message to a :class:`ModeController`.
+
+    ``mode``, ``transitions``, ``query`` and ``switch_method`` may be read from any thread.
+    """
+
+    def __init__(self, controller: ModeController, spark: Any) -> None:
+        self._controller = controller
+        self._spark = spark
+        self._inbox: queue.Queue[Message] = queue.Queue()
+        self._done = threading.Event()
+        self._listener = BacklogModeListener(self)
+        self._thread = threading.Thread(target=self._run, name="backlog-mode-controller", daemon=True)
+
+    # -- public handle -------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """``"high-throughput"`` or ``"low-latency"``."""
+        return self._controller.mode.value
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return self._controller.transitions
+
+    @property
+    def query(self) -> Any:
+        """The running ``StreamingQuery`` (the same object for the life of the handle when
+        switches are in place; a new one after each restart-method switch)."""
+        return self._controller.query
+
+    @property
+    def switch_method(self) -> str:
+        """``"in-place"`` or ``"restart"``: how this handle switches (decided at start; it
+        becomes ``"restart"`` only if the running query then fails the in-place checks)."""
+        return self._controller.switch_method.value
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until the handle is stopped or the query fails; switches do not count.
+        Returns False on timeout. Raises the query's exception if it failed."""
+        finished = self._done.wait(timeout)
+        if self._controller.failure is not None:
+            raise self._controller.failure
+        return finished
+
+    def stop(self) -> None:
+        """Stop the query and the controller; no restart follows."""
+        self._controller.stopping()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._inbox.put(Stop())
+            self._thread.join(timeout=120)
+        # Also when the controller ended first: after a refused attach the query still runs.
+        self._controller.stop_query()
+        self._finish()
+
+    def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None:
+        """Called on Spark's listener thread: queue the message, never block."""
+        self._inbox.put(message)
+
+    # -- the controller thread -----------------------------------------------------------
+
+    def start(self) -> "BacklogAwareQuery":
+        """Register the listener, start the query and the controller thread. Returns as soon
+        as the query started. Raises what the controller's ``start`` raises, with the
+        listener removed again."""
+        self._spark.streams.addListener(self._listener)
+        try:
+            self._controller.start()
+        except BaseException:
+            self._spark.streams.removeListener(self._listener)
+            raise
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        if self._controller.attach():
+            while self._controller.handle(self._inbox.get()):
+                pass
+        self._finish()
 
     def _finish(self) -> None:
-        self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, self._clock())
-        telemetry.flush()
+        self._controller.end()
         if not self._done.is_set():
             try:
-                session_of(self._writer).streams.removeListener(self._listener)
+                self._spark.streams.removeListener(self._listener)
             except Exception:  # the session may be gone
                 pass
             self._done.set()
@@ -372,12 +400,12 @@ class _SwitchSpan:
         self.transition = transition
         self._parent = SpanContextIds.parse(traceparent)
         self._attributes = {
-            span_names.MODE_FROM: transition.from_mode,
-            span_names.MODE_TO: transition.to_mode,
-            span_names.SWITCH_METHOD: transition.method,
+            span_names.MODE_FROM: transition.from_mode.value,
+            span_names.MODE_TO: transition.to_mode.value,
+            span_names.SWITCH_METHOD: transition.method.value,
             span_names.BATCH_ID: transition.batch_id,
-            span_names.INTERVAL_FROM_S: duration_ms("interval", intervals[Mode(transition.from_mode)]) / 1000,
-            span_names.INTERVAL_TO_S: duration_ms("interval", intervals[Mode(transition.to_mode)]) / 1000,
+            span_names.INTERVAL_FROM_S: duration_ms("interval", intervals[transition.from_mode]) / 1000,
+            span_names.INTERVAL_TO_S: duration_ms("interval", intervals[transition.to_mode]) / 1000,
             span_names.APPLY_SECONDS: transition.apply_seconds,
             span_names.RESTART_SECONDS: transition.restart_seconds,
             span_names.QUERY_ID: query_id,

@@ -2,22 +2,22 @@
 
 Which process: the user's driver program; callbacks run on Spark's listener thread (classic
 PySpark) or the client's listener thread (Spark Connect) and must return at once, so the
-listener only parses and hands a typed message to a :class:`ModeController`.
+listener only parses and hands a typed message to a :class:`MessageReceiver`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source.core.offset import SourceOffset, parse_reported
+from backlog_source.core.text_enum import TextEnum
 
 
-class Mode(str, Enum):
+class Mode(TextEnum):
     HIGH_THROUGHPUT = "high-throughput"
     LOW_LATENCY = "low-latency"
 
@@ -59,8 +59,10 @@ class QueryTerminated:
     exception: str | None
 
 
-class ModeController(Protocol):
-    """What :class:`BacklogModeListener` reports to. ``receive`` must not block."""
+class MessageReceiver(Protocol):
+    """What :class:`BacklogModeListener` reports to (the handle of
+    :func:`~backlog_source.mode_switch.start_backlog_aware` queues them for its controller).
+    ``receive`` must not block."""
 
     def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None: ...
 
@@ -101,10 +103,10 @@ class BacklogModeListener(StreamingQueryListener):
     """Reads ``processing_backlog`` from progress events and reports it to a controller.
 
     Usable on its own: register it with ``spark.streams.addListener`` and give it any
-    :class:`ModeController`. Callbacks return at once.
+    :class:`MessageReceiver`. Callbacks return at once.
     """
 
-    def __init__(self, controller: ModeController) -> None:
+    def __init__(self, controller: MessageReceiver) -> None:
         self._controller = controller
 
     def onQueryStarted(self, event) -> None:

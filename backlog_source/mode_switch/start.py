@@ -10,12 +10,10 @@ from typing import Any
 from backlog_source.core import telemetry
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
-from backlog_source.mode_switch.controller import BacklogAwareQuery
+from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
 from backlog_source.mode_switch.listener import Mode
-from backlog_source.mode_switch.switchers import IN_PLACE, RESTART
-from backlog_source.mode_switch.writer_info import WriterInfo, describe_writer
-
-SWITCH_METHODS = ("auto", IN_PLACE, RESTART)
+from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.writer_info import WriterInfo, describe_writer, session_of
 
 
 def start_backlog_aware(
@@ -39,28 +37,13 @@ def start_backlog_aware(
     """
     for name, text in (("high_throughput_interval", high_throughput_interval), ("low_latency_interval", low_latency_interval)):
         duration_ms(name, text, bare_number_unit=None)  # raises ConfigError naming it
-    if switch_method not in SWITCH_METHODS:
-        raise ConfigError(f"switch_method must be one of {', '.join(SWITCH_METHODS)}, got {switch_method!r}")
     telemetry.validate_environment()
     info = describe_writer(writer)
+    policy = SwitchPolicy.decide(switch_method, info)
     _check_writer(info)
-    if info.connect and switch_method == IN_PLACE:
-        raise ConfigError("switch_method='in-place' is impossible under Spark Connect (the client has no JVM "
-                          "objects to change); use 'auto' or 'restart'")
-    restart_only = info.connect or switch_method == RESTART
-    restart_refused = _restart_problem(info)
-    if restart_only and restart_refused:
-        raise ConfigError(restart_refused)
-    if switch_method == IN_PLACE:
-        restart_refused = "switch_method='in-place' was asked for (use 'auto' to fall back to restarts)"
-    handle = BacklogAwareQuery(writer, high_throughput_interval, low_latency_interval,
-                               initial_mode=Mode.HIGH_THROUGHPUT, force_restart=switch_method == RESTART,
-                               restart_refused=restart_refused).start()
-    if handle.switch_method == RESTART and not restart_only and restart_refused:
-        # In place is impossible on this Spark runtime, and the fallback restart is not allowed.
-        handle.stop()
-        raise ConfigError(f"in place is impossible on this Spark runtime (the log says why), and {restart_refused}")
-    return handle
+    controller = ModeController(writer, high_throughput_interval, low_latency_interval, policy,
+                                initial_mode=Mode.HIGH_THROUGHPUT)
+    return BacklogAwareQuery(controller, session_of(writer)).start()
 
 
 def _check_writer(info: WriterInfo) -> None:
@@ -77,16 +60,3 @@ def _check_writer(info: WriterInfo) -> None:
         )
     if any((value or "true").strip().lower() == "false" for value in info.backlog_enabled):
         raise ConfigError("a format('backlog') source has backlog.enabled=false; remove it to switch modes")
-
-
-def _restart_problem(info: WriterInfo) -> str | None:
-    """Why a restart-method switch cannot work for this writer, or None. It stops the query
-    and starts it again on its checkpoint; the memory sink recovers from a checkpoint only in
-    complete mode (Spark refuses otherwise)."""
-    if (info.sink_format or "").lower() == "memory" and (info.output_mode or "append").lower() != "complete":
-        return (
-            "the memory sink cannot restart from its checkpoint in append or update mode, and switches "
-            f"{'under Spark Connect ' if info.connect else ''}restart the query: write to a file sink (parquet, "
-            "delta...), use foreachBatch, or outputMode('complete')"
-        )
-    return None

@@ -2,6 +2,8 @@
 
 Which process: the user's driver program (the controller thread).
 
+Both behind one protocol, :class:`TriggerSwitcher`.
+
 * :class:`InPlaceSwitcher` (``"in-place"``): classic PySpark only. The running query's
   trigger executor (``StreamExecution.triggerExecutor()``, a ``ProcessingTimeExecutor`` in
   Spark 4.x) holds its interval in the private final field ``intervalMs``; setting it by
@@ -16,9 +18,10 @@ Which process: the user's driver program (the controller thread).
   impossible: Spark Connect (no JVM objects in the client), a Spark whose classes or fields
   differ, a trigger that is not a processing-time one, or reflection refused.
 
-:func:`choose_switcher` decides when the handle starts, and says why; where the running
-query's executor then fails the in-place checks (not seen on Spark 4.x), the controller
-switches by restart from then on and logs why.
+Which one a query gets is decided by :class:`~backlog_source.mode_switch.policy.SwitchPolicy`
+when the handle starts; where the running query's executor then fails the in-place checks
+(not seen on Spark 4.x), the policy says whether the controller switches by restart from
+then on.
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from backlog_source.core.errors import ModeSwitchError
+from backlog_source.core.text_enum import TextEnum
 
 log = logging.getLogger(__name__)
 
-IN_PLACE = "in-place"
-RESTART = "restart"
+
+
+class SwitchMethod(TextEnum):
+    """How a switch is made; the value is what transitions, logs and span attributes say."""
+
+    IN_PLACE = "in-place"
+    RESTART = "restart"
+
+
 #: The class and field the in-place switch relies on (Spark 4.x).
 EXECUTOR_CLASS = "ProcessingTimeExecutor"
 INTERVAL_FIELD = "intervalMs"
@@ -42,9 +53,15 @@ EXECUTOR_WAIT_S = 30.0
 
 
 class TriggerSwitcher(Protocol):
-    """Changes the trigger interval of the query it was made for."""
+    """Changes the trigger interval of the query it was made for. The controller calls
+    :meth:`attach` once, on its own thread, before the first :meth:`switch`."""
 
-    method: str
+    method: SwitchMethod
+
+    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """Get ready to switch the running query, which has ``interval_ms`` now. False when
+        the query ended or ``cancelled()`` first. Raises :class:`ModeSwitchError` when this
+        switcher cannot work on the running query."""
 
     def switch(self, interval_ms: int) -> Any:
         """Apply ``interval_ms``; returns the query now running (the same one in place)."""
@@ -61,7 +78,7 @@ class InPlaceSwitcher:
     and checks it. :meth:`switch` works once attached.
     """
 
-    method = IN_PLACE
+    method = SwitchMethod.IN_PLACE
 
     def __init__(self, query: Any, field: Any, executor_class: str) -> None:
         self.query = query
@@ -141,7 +158,7 @@ class RestartSwitcher:
     with the same offsets, so file sinks and ``foreachBatch`` functions idempotent per
     ``batch_id`` stay exactly-once."""
 
-    method = RESTART
+    method = SwitchMethod.RESTART
 
     def __init__(self, query: Any, start: Callable[[int], Any], *, still_needed: Callable[[Any], bool] | None = None,
                  settle_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
@@ -152,6 +169,10 @@ class RestartSwitcher:
         self._settle_timeout_s = settle_timeout_s
         self._clock = clock
         self._sleep = sleep
+
+    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """Nothing to get ready: a restart needs only the query's checkpoint."""
+        return True
 
     def switch(self, interval_ms: int) -> Any:
         """Stop and start again; ``start`` (the controller's) may pick another interval from
@@ -184,22 +205,6 @@ class RestartSwitcher:
             if _last_batch_id(self.query) != running:
                 return
             self._sleep(0.01)
-
-
-def choose_switcher(query: Any, restart: Callable[[], "RestartSwitcher"], *,
-                    force_restart: bool = False) -> tuple[TriggerSwitcher, str]:
-    """The switcher for the just-started ``query`` and why it was chosen; ``restart``
-    builds the fallback. Takes milliseconds: an in-place switcher is only prepared here
-    (the controller attaches it; see :class:`InPlaceSwitcher`)."""
-    if force_restart:
-        return restart(), "the restart method was asked for"
-    if getattr(query, "_jsq", None) is None:
-        return restart(), "a Spark Connect query has no JVM objects in this process to change in place"
-    try:
-        return InPlaceSwitcher.prepare(query), (
-            f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is reachable (the running executor is checked when the query's plan is ready)")
-    except ModeSwitchError as exc:
-        return restart(), f"in place is impossible: {exc}"
 
 
 def last_progress(query: Any) -> Any:

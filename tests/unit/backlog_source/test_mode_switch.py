@@ -1,6 +1,7 @@
-"""The listener and the controller, driven by recorded progress events, fake queries, a fake
-switcher and a fake clock. The controller's messages are processed on the test's thread
-(``start(thread=False)``), so no test waits on a sleep."""
+"""The listener, the controller and the switch policy, driven by recorded progress events,
+fake queries, a fake switcher and a fake clock. The controller has no thread of its own:
+the tests hand it the listener's messages on their own thread, so no test waits on a sleep;
+the handle's thread is tested with a switch held on an event."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import pytest
 from backlog_source.core.durations import duration_seconds
 from backlog_source.core.errors import ConfigError, ModeSwitchError
 from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, backlog_flag
+from backlog_source.mode_switch.controller import ModeController
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated, TriggerIdle
-from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, choose_switcher
+from backlog_source.mode_switch.policy import AskedMethod, SwitchPolicy
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher
+from backlog_source.mode_switch.writer_info import WriterInfo
 from tests.fakes import FakeClock, FakeInPlaceSwitcher, FakeWriter
 
 PHASE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -82,43 +86,59 @@ def test_bad_interval_says_what_is_allowed():
 # ----------------------------------------------------------------------------- the controller
 
 
-class Harness:
-    """A handle on a fake writer with a fake in-place switcher (or the real restart one),
-    started without its thread: ``emit`` delivers a progress event and processes it."""
+class ChosenPolicy(SwitchPolicy):
+    """The real policy, except that the in-place switcher it chooses is ``in_place`` (a
+    fake) instead of one prepared on a JVM query; records every switcher it made."""
 
-    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, restart_refused=None):
+    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, **policy):
+        super().__init__(**policy)
+        object.__setattr__(self, "made", [])
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "in_place", in_place)
+
+    def choose(self, query, restart):
+        switcher = self.in_place(query) if self.method == "in-place" else restart()
+        self.made.append(switcher)
+        return switcher, "test"
+
+
+class Harness:
+    """A controller on a fake writer with a fake in-place switcher (or the real restart
+    one): ``emit`` delivers a progress event through the real listener to the controller,
+    on the test's thread."""
+
+    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, **policy):
         self.clock = FakeClock(T0)
         self.writer = FakeWriter()
-        self.switchers = []
+        self.policy = ChosenPolicy(method, in_place, **policy)
+        self.switchers = self.policy.made
+        self.controller = ModeController(self.writer, "0 seconds", "1 second", self.policy, clock=self.clock,
+                                         settle_timeout_s=0)
+        self.controller.start()
+        self.attached = self.controller.attach()
+        self.listener = BacklogModeListener(self)
+        self.running = self.attached
 
-        def choose(query, restart, force_restart=False):
-            if method == "in-place":
-                switcher = in_place(query)
-            else:
-                switcher = restart()
-            self.switchers.append(switcher)
-            return switcher, "test"
-
-        self.handle = BacklogAwareQuery(self.writer, "0 seconds", "1 second", clock=self.clock, choose=choose,
-                                        settle_timeout_s=0, restart_refused=restart_refused).start(thread=False)
+    def receive(self, message):
+        """The listener's messages go straight to the controller (the handle would queue them)."""
+        if self.running:
+            self.running = self.controller.handle(message)
 
     @property
     def query(self):
-        return self.handle.query
+        return self.controller.query
 
     def emit(self, batch_id, processing_backlog, *, run=None, started_after_s=0.0):
         """A progress event of ``run`` (default: the current one) whose trigger started
         ``started_after_s`` after the fake clock's now; the clock then moves past it."""
-        query = run or self.handle.query
+        query = run or self.controller.query
         at_ms = int((self.clock.now + started_after_s) * 1000)
         event = SimpleNamespace(progress=SimpleNamespace(
             id=query.id, runId=query.runId, batchId=batch_id,
             timestamp=_iso(at_ms), sources=[source(processing_backlog)]))
         query.lastProgress = {"batchId": batch_id, "sources": [{"endOffset": event.progress.sources[0].endOffset}]}
-        for listener in list(self.writer._spark.listeners):
-            listener.onQueryProgress(event)
+        self.listener.onQueryProgress(event)
         self.clock.advance(started_after_s + 0.01)
-        self.handle._process_queued()
 
 
 def _iso(ms: int) -> str:
@@ -127,28 +147,28 @@ def _iso(ms: int) -> str:
 
 def test_the_first_run_starts_in_high_throughput_and_switches_in_place_once_per_phase():
     h = Harness()
-    assert h.writer.started[0].interval_ms == 0 and h.handle.mode == "high-throughput"
+    assert h.writer.started[0].interval_ms == 0 and h.controller.mode == "high-throughput"
     query = h.query
     h.emit(0, True)
     h.emit(1, True)
     h.emit(2, False)  # the batch that read the last backlog record: switch now
     h.emit(3, False, started_after_s=0.5)  # the first trigger under the new interval
     h.emit(4, False, started_after_s=1.0)
-    assert h.handle.query is query and len(h.writer.started) == 1 and not query.stopped  # same query, same run
-    assert h.switchers[0].applied == [1000] and h.handle.mode == "low-latency"
-    (transition,) = h.handle.transitions
+    assert h.controller.query is query and len(h.writer.started) == 1 and not query.stopped  # same query, same run
+    assert h.switchers[0].applied == [1000] and h.controller.mode == "low-latency"
+    (transition,) = h.controller.transitions
     assert (transition.from_mode, transition.to_mode, transition.batch_id, transition.method) == (
         "high-throughput", "low-latency", 2, "in-place")
     assert transition.restart_seconds == 0.0
     assert transition.effective_seconds == pytest.approx(0.5, abs=0.02)  # decision -> next trigger's start
-    assert h.handle.switch_method == "in-place"
+    assert h.controller.switch_method == "in-place"
 
 
 def test_reentry_switches_back_and_forth_once_each():
     h = Harness()
     for batch, flag in enumerate([True, False, False, True, True, False]):
         h.emit(batch, flag)
-    assert [(t.from_mode, t.to_mode) for t in h.handle.transitions] == [
+    assert [(t.from_mode, t.to_mode) for t in h.controller.transitions] == [
         ("high-throughput", "low-latency"), ("low-latency", "high-throughput"), ("high-throughput", "low-latency"),
     ]
     assert h.switchers[0].applied == [1000, 0, 1000]
@@ -157,7 +177,7 @@ def test_reentry_switches_back_and_forth_once_each():
 def test_a_caught_up_query_switches_after_its_first_batch():
     h = Harness()
     h.emit(0, False)
-    assert h.handle.mode == "low-latency" and len(h.handle.transitions) == 1
+    assert h.controller.mode == "low-latency" and len(h.controller.transitions) == 1
 
 
 def test_the_restart_method_stops_and_starts_and_ignores_the_replaced_run():
@@ -165,10 +185,10 @@ def test_the_restart_method_stops_and_starts_and_ignores_the_replaced_run():
     first = h.query
     h.emit(0, False)
     assert first.stopped and len(h.writer.started) == 2 and h.writer.started[1].interval_ms == 1000
-    (transition,) = h.handle.transitions
-    assert transition.method == "restart" and h.handle.query is h.writer.started[1]
+    (transition,) = h.controller.transitions
+    assert transition.method == "restart" and h.controller.query is h.writer.started[1]
     h.emit(1, True, run=first)  # a late event of the stopped run changes nothing
-    assert len(h.writer.started) == 2 and h.handle.mode == "low-latency"
+    assert len(h.writer.started) == 2 and h.controller.mode == "low-latency"
 
 
 def test_a_restart_follows_the_stopped_runs_last_batch():
@@ -188,7 +208,7 @@ def test_a_restart_follows_the_stopped_runs_last_batch():
     # still_needed sees batch 2 (backlog) as the last one, so the stop happens...
     h.emit(2, True)
     assert len(h.writer.started) == 3 and h.writer.started[2].interval_ms == 1000  # ...and the new run is low latency
-    assert h.handle.mode == "low-latency" and len(h.handle.transitions) == 1
+    assert h.controller.mode == "low-latency" and len(h.controller.transitions) == 1
 
 
 def test_a_flag_that_flips_back_while_waiting_causes_no_restart():
@@ -196,30 +216,37 @@ def test_a_flag_that_flips_back_while_waiting_causes_no_restart():
     h.emit(0, False)
     query = h.query
     query.lastProgress = {"batchId": 5, "sources": [{"endOffset": source(False).endOffset}]}
-    h.writer._spark.listeners[0].onQueryProgress(SimpleNamespace(progress=SimpleNamespace(
+    # Batch 4 asked for backlog, but batch 5 (already committed) did not.
+    h.listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(
         id=query.id, runId=query.runId, batchId=4, timestamp=_iso(int(h.clock.now * 1000)), sources=[source(True)])))
-    h.handle._process_queued()  # batch 4 asked for backlog, but batch 5 (already committed) did not
-    assert not query.stopped and len(h.writer.started) == 2 and len(h.handle.transitions) == 1
+    assert not query.stopped and len(h.writer.started) == 2 and len(h.controller.transitions) == 1
 
 
 def test_a_failed_query_surfaces_its_error_and_is_not_restarted():
     h = Harness()
     query = h.query
     query.failure = RuntimeError("boom in batch 3")
-    for listener in list(h.writer._spark.listeners):
-        listener.onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom in batch 3"))
-    h.handle._process_queued()
-    with pytest.raises(RuntimeError, match="boom in batch 3"):
-        h.handle.await_termination(0)
-    assert len(h.writer.started) == 1 and h.writer._spark.listeners == []
+    h.listener.onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom in batch 3"))
+    assert not h.running and isinstance(h.controller.failure, RuntimeError)
+    assert str(h.controller.failure) == "boom in batch 3" and len(h.writer.started) == 1
 
 
 def test_messages_about_another_query_are_ignored():
     h = Harness()
-    h.handle.receive(QueryTerminated("another-query", "x", "not ours"))
-    h.handle.receive(BatchCommitted("another-query", "x", 0, False, 0))
-    h.handle._process_queued()
-    assert h.handle.await_termination(0) is False and h.handle.mode == "high-throughput"
+    assert h.controller.handle(QueryTerminated("another-query", "x", "not ours"))
+    assert h.controller.handle(BatchCommitted("another-query", "x", 0, False, 0))
+    assert h.controller.failure is None and h.controller.mode == "high-throughput" and h.controller.transitions == []
+
+
+def test_the_handle_ends_with_the_querys_failure_and_removes_its_listener():
+    writer = FakeWriter()
+    handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", ChosenPolicy()), writer._spark).start()
+    query = handle.query
+    query.failure = RuntimeError("boom in batch 3")
+    writer._spark.listeners[0].onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom"))
+    with pytest.raises(RuntimeError, match="boom in batch 3"):
+        handle.await_termination(30)  # returns when the controller thread has ended
+    assert writer._spark.listeners == []
 
 
 def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
@@ -232,8 +259,8 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
             release.wait(30)
             return super().switch(interval_ms)
 
-    handle = BacklogAwareQuery(writer, "0 seconds", "1 second",
-                               choose=lambda query, restart, force_restart=False: (SlowSwitcher(query), "test")).start()
+    controller = ModeController(writer, "0 seconds", "1 second", ChosenPolicy(in_place=SlowSwitcher))
+    handle = BacklogAwareQuery(controller, writer._spark).start()
     try:
         query = handle.query
         listener = writer._spark.listeners[0]
@@ -335,7 +362,7 @@ class Clock:
 def test_in_place_is_prepared_without_the_running_executor_then_attached_and_reads_its_writes_back():
     field = JavaField(0)
     execution = JavaStreamExecution(field, executors=[None, None, "ready"])
-    switcher, why = choose_switcher(java_query(execution), lambda: pytest.fail("no restart"))
+    switcher, why = SwitchPolicy().choose(java_query(execution), lambda: pytest.fail("no restart"))
     assert isinstance(switcher, InPlaceSwitcher) and "intervalMs is reachable" in why
     assert execution.asked == 0  # start() does not wait for the query's plan
     with pytest.raises(ModeSwitchError, match="not attached"):
@@ -359,8 +386,13 @@ def test_where_in_place_is_impossible_at_start_the_restart_method_is_chosen_and_
     with pytest.raises(ModeSwitchError, match=reason):
         InPlaceSwitcher.prepare(java_query(execution()))
     restart = RestartSwitcher(java_query(execution()), start=lambda ms: None)
-    switcher, why = choose_switcher(java_query(execution()), lambda: restart)
+    switcher, why = SwitchPolicy().choose(java_query(execution()), lambda: restart)
     assert switcher is restart and why.startswith("in place is impossible: ")
+    # Unless a restart is not allowed: then starting fails, saying why.
+    for refusing in (SwitchPolicy(restart_refused="the memory sink cannot restart"),
+                     SwitchPolicy(asked=AskedMethod.IN_PLACE)):
+        with pytest.raises(ConfigError, match=f"in place is impossible on this Spark runtime \\(.*{reason}"):
+            refusing.choose(java_query(execution()), lambda: restart)
 
 
 @pytest.mark.parametrize("execution, reason", [
@@ -389,15 +421,17 @@ def test_attaching_gives_up_quietly_when_the_query_ends_or_the_handle_stops_firs
 def test_spark_connect_and_a_forced_restart_choose_the_restart_method():
     restart = RestartSwitcher(SimpleNamespace(), start=lambda ms: None)
     connect_query = SimpleNamespace(id="q")  # no _jsq: a Spark Connect client's query
-    assert choose_switcher(connect_query, lambda: restart) == (
+    assert SwitchPolicy(connect=True).choose(connect_query, lambda: restart) == (
         restart, "a Spark Connect query has no JVM objects in this process to change in place")
-    assert choose_switcher(java_query(JavaStreamExecution(JavaField(0))), lambda: restart, force_restart=True)[0] is restart
+    forced = SwitchPolicy(asked=AskedMethod.RESTART)
+    assert forced.choose(java_query(JavaStreamExecution(JavaField(0))), lambda: restart) == (
+        restart, "the restart method was asked for")
 
 
 class RefusedAttach(FakeInPlaceSwitcher):
     """An in-place switcher whose running executor fails the checks."""
 
-    def attach(self, interval_ms, cancelled):
+    def attach(self, interval_ms, *, cancelled=lambda: False):
         raise ModeSwitchError("the trigger executor is a x.Other, not a ProcessingTimeExecutor")
 
 
@@ -405,18 +439,40 @@ def test_an_executor_failing_the_checks_after_start_means_switching_by_restart(c
     h = Harness(in_place=RefusedAttach)
     first = h.query
     h.emit(0, False)
-    assert h.handle.switch_method == "restart" and first.stopped and len(h.writer.started) == 2
-    assert h.handle.transitions[0].method == "restart"
+    assert h.controller.switch_method == "restart" and first.stopped and len(h.writer.started) == 2
+    assert h.controller.transitions[0].method == "restart"
     assert "mode switches are by restart after all" in caplog.text and "x.Other" in caplog.text
 
 
-def test_an_executor_failing_the_checks_ends_the_handle_when_the_sink_cannot_restart():
+def test_an_executor_failing_the_checks_ends_the_controller_when_the_sink_cannot_restart():
     h = Harness(in_place=RefusedAttach, restart_refused="the memory sink cannot restart")
-    h.emit(0, False)
+    assert h.attached is False
     with pytest.raises(ModeSwitchError, match=r"in place is impossible on the running query \(the trigger executor "
                                               r"is a x.Other.*\), and the memory sink cannot restart"):
-        h.handle.await_termination(0)
-    assert len(h.writer.started) == 1 and not h.query.stopped and h.handle.transitions == []
+        raise h.controller.failure
+    assert len(h.writer.started) == 1 and not h.query.stopped and h.controller.transitions == []
+
+
+def writer_info(sink_format=None, output_mode=None, connect=False):
+    return WriterInfo("/checkpoint", sink_format, output_mode, connect=connect)
+
+
+@pytest.mark.parametrize("switch_method, writer, error", [
+    ("sometimes", writer_info(), "switch_method must be one of auto, in-place, restart, got 'sometimes'"),
+    ("in-place", writer_info(connect=True), "switch_method='in-place' is impossible under Spark Connect"),
+    ("restart", writer_info(sink_format="memory"), "the memory sink cannot restart from its checkpoint"),
+    ("auto", writer_info(connect=True, sink_format="memory"), "switches under Spark Connect restart the query"),
+])
+def test_the_policy_refuses_what_cannot_work_saying_what_to_change(switch_method, writer, error):
+    with pytest.raises(ConfigError, match=error):
+        SwitchPolicy.decide(switch_method, writer)
+
+
+def test_the_policy_remembers_what_forbids_a_fallback_to_restarts():
+    assert SwitchPolicy.decide("auto", writer_info()).why_no_restart is None
+    assert "memory sink" in SwitchPolicy.decide("auto", writer_info(sink_format="memory")).why_no_restart
+    assert SwitchPolicy.decide("auto", writer_info(sink_format="memory", output_mode="complete")).why_no_restart is None
+    assert "'in-place' was asked for" in SwitchPolicy.decide("in-place", writer_info()).why_no_restart
 
 
 class BackToBackQuery:
