@@ -48,6 +48,13 @@ class SwitchMethod(TextEnum):
 #: The class and field the in-place switch relies on (Spark 4.x).
 EXECUTOR_CLASS = "ProcessingTimeExecutor"
 INTERVAL_FIELD = "intervalMs"
+#: What to do when the JVM refuses to write the final field. JDK 26 warns on such writes
+#: and a later JDK refuses them by default (JEP 500, "Prepare to Make Final Mean Final");
+#: py4j's reflection comes from Spark's classpath, the unnamed module.
+FINAL_FIELD_HINT = (
+    "the JVM refuses to change a final field (JEP 500); to keep switching in place, start the driver JVM with "
+    "--enable-final-field-mutation=ALL-UNNAMED (e.g. spark.driver.extraJavaOptions)"
+)
 #: How long to wait for the stream thread to create its trigger executor after start().
 EXECUTOR_WAIT_S = 30.0
 
@@ -146,7 +153,10 @@ class InPlaceSwitcher:
             self._field.setLong(self._executor, interval_ms)
             now = int(self._field.getLong(self._executor))
         except Exception as exc:
-            raise ModeSwitchError(f"could not set {EXECUTOR_CLASS}.{INTERVAL_FIELD}: {_first_line(exc)}") from None
+            problem = _first_line(exc)
+            if "IllegalAccessException" in problem or "final" in problem.lower():
+                problem = f"{problem}; {FINAL_FIELD_HINT}"
+            raise ModeSwitchError(f"could not set {EXECUTOR_CLASS}.{INTERVAL_FIELD}: {problem}") from None
         if now != interval_ms:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} reads {now} ms after writing {interval_ms} ms")
         return self.query

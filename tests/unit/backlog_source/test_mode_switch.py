@@ -282,8 +282,9 @@ EXECUTOR = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecu
 
 
 class JavaField:
-    def __init__(self, value, refuse=False, drift=0, kind="long"):
+    def __init__(self, value, refuse=False, drift=0, kind="long", final_refused=False):
         self.value, self.refuse, self.drift, self.kind = value, refuse, drift, kind
+        self.final_refused = final_refused  # a JVM that enforces JEP 500: writes to final fields refused
 
     def setAccessible(self, flag):
         if self.refuse:
@@ -296,6 +297,9 @@ class JavaField:
         return self.value
 
     def setLong(self, obj, value):
+        if self.final_refused:
+            raise RuntimeError("java.lang.IllegalAccessException: Can not set final long field "
+                               "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor.intervalMs")
         self.value = value + self.drift
 
 
@@ -401,6 +405,9 @@ def test_where_in_place_is_impossible_at_start_the_restart_method_is_chosen_and_
     (lambda: JavaStreamExecution(JavaField(250)), "holds 250 ms, not the trigger's 0 ms"),
     (lambda: JavaStreamExecution(JavaField(0, drift=1)), "reads 1 ms after writing 0 ms"),
     (lambda: JavaStreamExecution(JavaField(0), executors=[None]), "did not appear within 30 s"),
+    (lambda: JavaStreamExecution(JavaField(0, final_refused=True)),
+     "IllegalAccessException: Can not set final long field .*; the JVM refuses to change a final field "
+     "\\(JEP 500\\); to keep switching in place, start the driver JVM with --enable-final-field-mutation=ALL-UNNAMED"),
 ])
 def test_the_running_executor_is_checked_when_attaching(execution, reason):
     clock = Clock()
@@ -509,3 +516,15 @@ def test_a_restart_under_back_to_back_batches_stops_once_the_running_batch_commi
     # Stopped when batch 7 committed, not after the whole settle timeout; without a commit,
     # the timeout still bounds the wait.
     assert clock.now == pytest.approx(waited_s, abs=0.011)  # one 10 ms check of float drift
+
+
+def test_a_jvm_refusing_the_final_field_write_falls_back_to_restarts_naming_the_flag(caplog):
+    """JEP 500: a JDK that refuses writes to final fields makes attach fail; under "auto"
+    the policy falls back to restarts with a log line that says how to keep in place."""
+    switcher = InPlaceSwitcher.prepare(java_query(JavaStreamExecution(JavaField(0, final_refused=True))))
+    restart = RestartSwitcher(SimpleNamespace(), start=lambda ms: None)
+    with pytest.raises(ModeSwitchError) as refused:
+        switcher.attach(0)
+    assert SwitchPolicy().fall_back(refused.value, lambda: restart) is restart
+    assert "mode switches are by restart after all" in caplog.text
+    assert "--enable-final-field-mutation=ALL-UNNAMED" in caplog.text
