@@ -30,13 +30,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from backlog_source.core import step_timings, telemetry
+from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.offset import SourceOffset
 from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
 from backlog_source.core.split import KafkaSplit, SnapshotSplit
+from backlog_source.core.tracing import exporter
 from backlog_source.enumerator.control import ControlTopic
 from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
 from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
@@ -55,7 +56,7 @@ class BacklogDataSource(DataSource):
     def __init__(self, options) -> None:
         super().__init__(options)
         self._settings: SourceSettings | None = parse_options(options)  # a bad option fails load()
-        telemetry.validate_environment()  # so does a bad OTEL_* setting
+        exporter.validate_environment()  # so does a bad OTEL_* setting
 
     def __getstate__(self) -> dict:
         # Spark pickles the data source into every task (for name()); the parsed settings

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from backlog_source.core import span_names
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import MalformedEvent
+from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.offset import (
     BY_POSITION,
     DUPLICATE,
@@ -45,15 +45,6 @@ from backlog_source.core.offset import (
 )
 from backlog_source.enumerator.planner import lag
 from backlog_source.events.finish_event import BacklogFinishEvent
-
-
-@dataclass(frozen=True)
-class Finish:
-    """Why a bucket left backlog: one of ``span_names.FINISHED_BY_*``, and the position that
-    proved it (None when the bucket vanished)."""
-
-    by: str
-    reached_offset: int | None = None
 
 
 def record_boundaries(start: Mapping[Bucket, int], log_end: Mapping[Bucket, int], buckets: Iterable[Bucket]) -> dict[Bucket, int]:
@@ -121,13 +112,13 @@ class BacklogState:
         finished: dict[Bucket, Finish] = {}
         for bucket in sorted(self.finishing):
             if bucket in confirmed:
-                finished[bucket] = Finish(span_names.FINISHED_BY_EVENT, confirmed[bucket])
+                finished[bucket] = Finish(FinishedBy.EVENT, confirmed[bucket])
             else:
-                finished[bucket] = Finish(span_names.FINISHED_BY_POSITION, committed.get(bucket))
+                finished[bucket] = Finish(FinishedBy.POSITION, committed.get(bucket))
                 counts = counts.add(BY_POSITION)
         passed = sorted(b for b, boundary in self.pending.items() if committed.get(b, -1) >= boundary)
         for bucket in passed:
-            finished[bucket] = Finish(span_names.FINISHED_BY_POSITION, committed[bucket])
+            finished[bucket] = Finish(FinishedBy.POSITION, committed[bucket])
             counts = counts.add(BY_POSITION)
         pending = {b: o for b, o in self.pending.items() if b not in finished}
         return BacklogState(pending, {}, counts), finished

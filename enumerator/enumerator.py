@@ -27,14 +27,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from backlog_source.core import span_names, step_timings, telemetry
+from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import DataLossError
+from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.offset import SourceOffset
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
-from backlog_source.enumerator.boundaries import BacklogState, Finish, record_boundaries, reentry_boundaries, restart_boundaries
+from backlog_source.core.tracing import names as span_names
+from backlog_source.core.tracing import exporter
+from backlog_source.enumerator.boundaries import BacklogState, record_boundaries, reentry_boundaries, restart_boundaries
 from backlog_source.enumerator.control import ControlTopic
 from backlog_source.enumerator.kafka_offsets import OffsetsClient
 from backlog_source.enumerator.phase_trace import advance
@@ -202,7 +205,7 @@ class Enumerator:
         return dict(self._latest)
 
     def close(self) -> None:
-        telemetry.flush()
+        exporter.flush()
         self._client.close()
 
     # ---------------------------------------------------------------- step 1: settle
@@ -222,7 +225,7 @@ class Enumerator:
             messages, events_position = read.values, read.next_position
         state, finishes = state.settle(messages, start.source_id, committed)
         for bucket, finish in finishes.items():
-            how = "its BacklogFinishEvent" if finish.by == span_names.FINISHED_BY_EVENT else (
+            how = "its BacklogFinishEvent" if finish.by is FinishedBy.EVENT else (
                 "its committed position (the event was lost or late)")
             log.info("%s finished its backlog (boundary %d), by %s", bucket, start.boundaries[bucket], how)
         settled = Settled(state, finishes, events_position)
@@ -398,11 +401,11 @@ class Enumerator:
         if not fresh:
             return
         self._exported.update(s.ids.span_id for s in fresh)
-        telemetry.export(fresh)
+        exporter.export(fresh)
         if any(span.name == span_names.PHASE for span in fresh):
             # The phase's end triggers a mode switch, and a restart-method switch ends this
             # process within milliseconds: export now (bounded), not on a timer.
-            telemetry.flush(PHASE_END_FLUSH_MS)
+            exporter.flush(PHASE_END_FLUSH_MS)
 
     # ---------------------------------------------------------------- helpers
 

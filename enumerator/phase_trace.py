@@ -18,22 +18,22 @@ What the offset stores (``"trace"``)::
      "topics": ["orders"], "bucket_count": 8, "records": 2000000,
      "buckets": {"orders": {"0": [<start offset>, <boundary>, <started ms>]}}}  # open bucket spans
 
-Finished spans come back as :class:`~backlog_source.core.trace_context.SpanRecord` values for the
-caller to export. A crash between that and the offset reaching Spark's offset log recomputes
+This module decides which spans open and close (the trace's state); their content is made
+by :mod:`backlog_source.core.tracing.spans`. Finished spans come back as
+:class:`~backlog_source.core.tracing.context.SpanRecord` values for the caller to export. A crash between that and the offset reaching Spark's offset log recomputes
 the same transition, so a span can be exported twice, with identical ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
-from backlog_source.core import span_names as names
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.offset import OpenBucket, PhaseTrace
-from backlog_source.core.trace_context import SpanContextIds, SpanRecord, ms_to_ns, new_span_id, new_trace_id
-from backlog_source.enumerator.boundaries import Finish
+from backlog_source.core.tracing import spans
+from backlog_source.core.tracing.context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 
 
 def advance(
@@ -62,12 +62,12 @@ def advance(
             if pending.get(bucket) == entry.boundary:
                 remaining[bucket] = entry
                 continue
-            default = names.FINISHED_BY_RESET if bucket in pending else names.FINISHED_BY_VANISHED
-            finished.append(_bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
+            default = FinishedBy.RESET if bucket in pending else FinishedBy.VANISHED
+            finished.append(spans.bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
         reset = [b for b in trace.buckets if b not in remaining and b in pending and b not in finishes]
         trace = replace(trace, buckets=remaining)
         if not remaining and not reset:
-            finished.append(_phase_span(trace, source_id, now_ms))
+            finished.append(spans.phase_span(trace, source_id, now_ms))
             phase_open = False
 
     started = {b: o for b, o in pending.items() if trace is None or b not in trace.buckets}
@@ -83,29 +83,3 @@ def advance(
             buckets={**trace.buckets, **opened},
         )
     return trace, finished
-
-
-def _bucket_span(trace: PhaseTrace, bucket: Bucket, entry: OpenBucket, finish: Finish, now_ms: int) -> SpanRecord:
-    attributes: dict[str, Any] = {
-        names.MESSAGING_SYSTEM: names.MESSAGING_SYSTEM_KAFKA,
-        names.DESTINATION_NAME: bucket.topic,
-        names.DESTINATION_PARTITION: str(bucket.partition),
-        names.START_OFFSET: entry.start_offset,
-        names.BOUNDARY_OFFSET: entry.boundary,
-        names.FINISHED_BY: finish.by,
-    }
-    if finish.reached_offset is not None:
-        attributes[names.REACHED_OFFSET] = finish.reached_offset
-    ids = trace.bucket_ids(bucket, entry.boundary)
-    return SpanRecord(names.BUCKET, ids, trace.ids, ms_to_ns(entry.started_ms), ms_to_ns(max(now_ms, entry.started_ms)), attributes)
-
-
-def _phase_span(trace: PhaseTrace, source_id: str, now_ms: int) -> SpanRecord:
-    attributes: dict[str, Any] = {
-        names.SOURCE_ID: source_id,
-        names.MESSAGING_SYSTEM: names.MESSAGING_SYSTEM_KAFKA,
-        names.TOPICS: trace.topics,
-        names.BUCKET_COUNT: trace.bucket_count,
-        names.BACKLOG_RECORDS: trace.records,
-    }
-    return SpanRecord(names.PHASE, trace.ids, None, ms_to_ns(trace.started_ms), ms_to_ns(max(now_ms, trace.started_ms)), attributes)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from backlog_source.core import span_names, step_timings, telemetry
+from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import KafkaUnavailableError
@@ -38,7 +38,7 @@ from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.offset_answers import watermarks
 from backlog_source.core.settings import ReaderConfig
 from backlog_source.core.split import KafkaRange, KafkaSplit
-from backlog_source.core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord, new_span_id
+from backlog_source.core.tracing.spans import ReadSpan
 from backlog_source.events.channel import publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.reader.arrow import to_record_batch
@@ -116,7 +116,7 @@ def read_split(
     if not ranges:
         return
     tracking = config.events_topic is not None
-    spans = {r.bucket: s for r in ranges if (s := _ReadSpan.begin(r, split.source_id, tracking)) is not None}
+    spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     with step_timings.step("reader.create_consumer"):
@@ -151,7 +151,7 @@ def read_split(
 
 
 def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position: int, publish_event,
-                   span: "_ReadSpan | None") -> None:
+                   span: ReadSpan | None) -> None:
     assert r.boundary is not None
     event = BacklogFinishEvent(
         source_id=source_id,
@@ -311,53 +311,6 @@ def _in_range(messages: list[Message], progress: dict[Bucket, _Progress], one_to
         elif inside:
             moved[bucket] = inside[-1].offset() + 1
     return kept, moved
-
-
-class _ReadSpan:
-    """The ``backlog.read`` span of a range that crosses its bucket's boundary, as a child
-    of the bucket span whose context the range carries. Exported (and flushed) once."""
-
-    def __init__(self, r: KafkaRange, source_id: str, parent: SpanContextIds) -> None:
-        self.range = r
-        self.source_id = source_id
-        self.parent = parent
-        self.ids = SpanContextIds(parent.trace_id, new_span_id())
-        self.start_ns = time.time_ns()
-        self.events: list[SpanEventRecord] = []
-
-    @classmethod
-    def begin(cls, r: KafkaRange, source_id: str, tracking: bool) -> "_ReadSpan | None":
-        if not (tracking and r.crosses_boundary):
-            return None
-        parent = SpanContextIds.parse(r.traceparent)
-        if parent is None or not telemetry.enabled():
-            return None
-        return cls(r, source_id, parent)
-
-    def boundary_reached(self, position: int) -> None:
-        if not self.events:
-            self.events.append(
-                SpanEventRecord(span_names.BOUNDARY_REACHED, time.time_ns(), {span_names.REACHED_OFFSET: position})
-            )
-
-    def finish(self, position: int | None, error: str | None = None) -> None:
-        r = self.range
-        attributes: dict[str, object] = {
-            span_names.MESSAGING_SYSTEM: span_names.MESSAGING_SYSTEM_KAFKA,
-            span_names.DESTINATION_NAME: r.topic,
-            span_names.DESTINATION_PARTITION: str(r.partition),
-            span_names.SPLIT_START_OFFSET: r.start,
-            span_names.SPLIT_END_OFFSET: r.end,
-            span_names.BOUNDARY_OFFSET: r.boundary,
-            span_names.SOURCE_ID: self.source_id,
-        }
-        if position is not None:
-            attributes[span_names.REACHED_OFFSET] = position
-        record = SpanRecord(
-            span_names.READ, self.ids, self.parent, self.start_ns, time.time_ns(), attributes, tuple(self.events), error
-        )
-        telemetry.export([record])
-        telemetry.flush()
 
 
 def _vanished(consumer, r: KafkaRange, config: ReaderConfig) -> bool:

@@ -65,13 +65,13 @@ OTEL_VARIABLES = (
 @pytest.fixture
 def otel_env(monkeypatch):
     """A clean OTEL_* environment for this process; its exporter is rebuilt from it."""
-    from backlog_source.core import telemetry
+    from backlog_source.core.tracing import exporter
 
     for name in OTEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    telemetry.reset()
+    exporter.reset()
     yield monkeypatch
-    telemetry.reset()
+    exporter.reset()
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ from typing import Any
 
 from backlog_source.core.buckets import Bucket, from_nested, to_nested
 from backlog_source.core.errors import OffsetFormatError
-from backlog_source.core.trace_context import SpanContextIds, derived_span_id
+from backlog_source.core.tracing.context import SpanContextIds, derived_span_id
 
 #: Outcomes of one control-topic message, counted in ``EventCounts``. ``implausible``: an
 #: event for a bucket no planned batch has carried to that boundary (forged, or not ours).

@@ -26,10 +26,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
-from backlog_source.core import telemetry
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import DemoError
 from backlog_source.core.settings import parse_options
+from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.monitor import QueryMonitor
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
@@ -213,7 +213,7 @@ def _spark(otlp_endpoint: str, console: Console, log_file) -> SparkSession:
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "backlog-source-demo",
                "OTEL_BSP_SCHEDULE_DELAY": "500"}
     os.environ.update(tracing)
-    telemetry.reset()
+    exporter.reset()
     set_worker_environment(spark, tracing)
     return spark
 

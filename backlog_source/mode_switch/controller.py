@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from backlog_source.core import span_names, telemetry
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
-from backlog_source.core.trace_context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
+from backlog_source.core.tracing import names as span_names
+from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing.spans import SwitchSpan
 from backlog_source.mode_switch.listener import (
     BacklogModeListener,
     BatchCommitted,
@@ -111,7 +112,7 @@ class ModeController:
         self._run_id: str | None = None
         self._switcher: TriggerSwitcher | None = None
         self._stopping = False
-        self._pending_effect: tuple[int, _SwitchSpan] | None = None  # (applied at ms, its span)
+        self._pending_effect: tuple[int, SwitchSpan, Transition] | None = None  # (applied at ms, span, transition)
         self._restarted_in: Mode | None = None  # the mode a restart-method switch started in
         #: Why the controller ended: the query's failure or a switch that failed; None while
         #: it runs and after a stop.
@@ -214,7 +215,7 @@ class ModeController:
         """Close a switch that has not taken effect yet (its span ends as stopped) and flush
         the spans of this process."""
         self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, self._clock())
-        telemetry.flush()
+        exporter.flush()
 
     def stop_query(self) -> None:
         """Stop the running query, if any; quietly when it already failed or stopped."""
@@ -271,13 +272,17 @@ class ModeController:
             return
         applied = self._clock()
         transition = Transition(previous, target, asked_by.batch_id, decided, self._switcher.method, applied - decided)
-        span = _SwitchSpan(transition, asked_by.traceparent, self._intervals, query_id=str(query.id),
-                           run_id=str(query.runId))
+        span = SwitchSpan(
+            phase_traceparent=asked_by.traceparent, decided_at=decided, from_mode=previous.value, to_mode=target.value,
+            method=transition.method.value, batch_id=transition.batch_id,
+            from_interval_s=self._interval_ms(previous) / 1000, to_interval_s=self._interval_ms(target) / 1000,
+            apply_seconds=transition.apply_seconds, restart_seconds=transition.restart_seconds,
+            query_id=str(query.id), run_id=str(query.runId))
         with self._lock:
             self._mode = target
             self._transitions.append(transition)
         self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, applied)  # a switch before the last took effect
-        self._pending_effect = (int(applied * 1000), span)
+        self._pending_effect = (int(applied * 1000), span, transition)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,
                  self._switcher.method.value, applied - decided)
 
@@ -290,12 +295,12 @@ class ModeController:
     def _end_pending_effect(self, ended_by: str, at: float) -> None:
         if self._pending_effect is None:
             return
-        _, span = self._pending_effect
+        _, span, transition = self._pending_effect
         self._pending_effect = None
-        effective = max(at, span.transition.at)
+        effective = max(at, transition.at)
         with self._lock:
             self._transitions = [
-                replace(t, effective_seconds=effective - t.at) if t is span.transition else t for t in self._transitions
+                replace(t, effective_seconds=effective - t.at) if t is transition else t for t in self._transitions
             ]
         span.end(ended_by, effective)
 
@@ -389,36 +394,6 @@ class BacklogAwareQuery:
             except Exception:  # the session may be gone
                 pass
             self._done.set()
-
-
-class _SwitchSpan:
-    """The ``backlog.mode_switch`` span of one transition: decision -> first trigger under
-    the new interval; a child of the backlog phase that caused it. Exported once, on end."""
-
-    def __init__(self, transition: Transition, traceparent: str | None, intervals: dict[Mode, str], *,
-                 query_id: str, run_id: str) -> None:
-        self.transition = transition
-        self._parent = SpanContextIds.parse(traceparent)
-        self._attributes = {
-            span_names.MODE_FROM: transition.from_mode.value,
-            span_names.MODE_TO: transition.to_mode.value,
-            span_names.SWITCH_METHOD: transition.method.value,
-            span_names.BATCH_ID: transition.batch_id,
-            span_names.INTERVAL_FROM_S: duration_ms("interval", intervals[transition.from_mode]) / 1000,
-            span_names.INTERVAL_TO_S: duration_ms("interval", intervals[transition.to_mode]) / 1000,
-            span_names.APPLY_SECONDS: transition.apply_seconds,
-            span_names.RESTART_SECONDS: transition.restart_seconds,
-            span_names.QUERY_ID: query_id,
-            span_names.RUN_ID: run_id,
-        }
-
-    def end(self, ended_by: str, at: float) -> None:
-        ids = SpanContextIds(self._parent.trace_id if self._parent else new_trace_id(), new_span_id())
-        record = SpanRecord(
-            span_names.MODE_SWITCH, ids, self._parent, int(self.transition.at * 1e9), int(at * 1e9),
-            {**self._attributes, span_names.SWITCH_ENDED_BY: ended_by},
-        )
-        telemetry.export([record])
 
 
 def _mode_of(progress: Any) -> Mode | None:

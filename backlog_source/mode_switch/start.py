@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backlog_source.core import telemetry
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
+from backlog_source.core.tracing import exporter
 from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
 from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.policy import SwitchPolicy
@@ -37,7 +37,7 @@ def start_backlog_aware(
     """
     for name, text in (("high_throughput_interval", high_throughput_interval), ("low_latency_interval", low_latency_interval)):
         duration_ms(name, text, bare_number_unit=None)  # raises ConfigError naming it
-    telemetry.validate_environment()
+    exporter.validate_environment()
     info = describe_writer(writer)
     policy = SwitchPolicy.decide(switch_method, info)
     _check_writer(info)

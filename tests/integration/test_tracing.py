@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from backlog_source import start_backlog_aware
-from backlog_source.core import telemetry
+from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
 from backlog_source.testing.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import fill, make_topic, reader, wait_for
@@ -119,20 +119,20 @@ def test_nothing_is_exported_when_tracing_is_not_configured(spark, broker, topic
     except OSError as exc:
         pytest.fail(f"port {DEFAULT_OTLP_PORT} is busy, so this check cannot listen there: {exc}")
     try:
-        assert not telemetry.enabled()
+        assert not exporter.enabled()
         run_backlog_aware(spark, broker, topic_name, tmp_path, "untraced")
         # Instead of waiting for an export that should not come: every executor Python worker
         # (the environment the readers ran in) says whether it exports, and flushes what it
         # would have queued, so anything queued has been sent by the time the job returns.
         def exports_spans_here(_) -> bool:  # nested: pickled by value, not imported by the worker
-            from backlog_source.core import telemetry as worker_telemetry
+            from backlog_source.core.tracing import exporter as worker_exporter
 
-            worker_telemetry.flush()
-            return worker_telemetry.enabled()
+            worker_exporter.flush()
+            return worker_exporter.enabled()
 
         answers = spark.sparkContext.parallelize(range(8), 8).map(exports_spans_here).collect()
         assert answers == [False] * 8
-        assert not telemetry.enabled() and telemetry.flush()
+        assert not exporter.enabled() and exporter.flush()
         assert default_endpoint.requests == 0
     finally:
         default_endpoint.stop()

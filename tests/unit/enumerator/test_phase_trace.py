@@ -4,14 +4,15 @@ import json
 
 import pytest
 
-from backlog_source.core import span_names as names
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import OffsetFormatError
+from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.offset import SourceOffset
 from backlog_source.core.offset import PhaseTrace, bucket_traceparent
-from backlog_source.core.trace_context import SpanContextIds
+from backlog_source.core.tracing import names
+from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.enumerator import ReadBudget
-from backlog_source.enumerator.phase_trace import Finish, advance
+from backlog_source.enumerator.phase_trace import advance
 from tests.unit.enumerator.test_boundaries import event, make
 
 A0, A1, B0 = Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)
@@ -32,7 +33,7 @@ def test_recording_boundaries_opens_a_phase_with_one_open_span_per_bucket():
 
 def test_a_finished_bucket_exports_its_span_as_a_child_of_the_phase():
     trace = started()
-    trace, spans = advance(trace, "src", {A1: 50}, {A0: Finish(names.FINISHED_BY_EVENT, 104)}, {}, now_ms=4_000)
+    trace, spans = advance(trace, "src", {A1: 50}, {A0: Finish(FinishedBy.EVENT, 104)}, {}, now_ms=4_000)
     [span] = spans
     assert span.name == names.BUCKET
     assert span.parent == trace.ids and span.ids == trace.bucket_ids(A0, 100)
@@ -40,15 +41,15 @@ def test_a_finished_bucket_exports_its_span_as_a_child_of_the_phase():
     assert span.attributes == {
         names.MESSAGING_SYSTEM: "kafka", names.DESTINATION_NAME: "a", names.DESTINATION_PARTITION: "0",
         names.START_OFFSET: 0, names.BOUNDARY_OFFSET: 100, names.REACHED_OFFSET: 104,
-        names.FINISHED_BY: names.FINISHED_BY_EVENT,
+        names.FINISHED_BY: FinishedBy.EVENT,
     }
     assert trace.open and set(trace.buckets) == {A1}
 
 
 def test_the_last_bucket_ends_the_phase_and_the_trace_stays_for_the_mode_switch():
     trace = started()
-    trace, _ = advance(trace, "src", {A1: 50}, {A0: Finish(names.FINISHED_BY_EVENT, 100)}, {}, now_ms=2_000)
-    ended, spans = advance(trace, "src", {}, {A1: Finish(names.FINISHED_BY_POSITION, 50)}, {}, now_ms=3_000)
+    trace, _ = advance(trace, "src", {A1: 50}, {A0: Finish(FinishedBy.EVENT, 100)}, {}, now_ms=2_000)
+    ended, spans = advance(trace, "src", {}, {A1: Finish(FinishedBy.POSITION, 50)}, {}, now_ms=3_000)
     assert [s.name for s in spans] == [names.BUCKET, names.PHASE]
     phase = spans[1]
     assert phase.parent is None and phase.ids == trace.ids
@@ -56,7 +57,7 @@ def test_the_last_bucket_ends_the_phase_and_the_trace_stays_for_the_mode_switch(
         names.SOURCE_ID: "src", names.MESSAGING_SYSTEM: "kafka", names.TOPICS: ("a",),
         names.BUCKET_COUNT: 2, names.BACKLOG_RECORDS: 140,
     }
-    assert spans[0].attributes[names.FINISHED_BY] == names.FINISHED_BY_POSITION
+    assert spans[0].attributes[names.FINISHED_BY] == FinishedBy.POSITION
     assert not ended.open and ended.ids == trace.ids
     # Nothing pending and nothing new: no more spans.
     assert advance(ended, "src", {}, {}, {}, now_ms=9_000) == (ended, [])
@@ -82,7 +83,7 @@ def test_reset_and_vanished_buckets_say_so_and_a_reset_one_opens_a_new_span():
     trace = started()
     trace, spans = advance(trace, "src", {A0: 30}, {}, {A0: 0}, now_ms=2_000)  # a-0 reset; a-1 gone
     by = {s.attributes[names.DESTINATION_PARTITION]: s.attributes[names.FINISHED_BY] for s in spans}
-    assert by == {"0": names.FINISHED_BY_RESET, "1": names.FINISHED_BY_VANISHED}
+    assert by == {"0": FinishedBy.RESET, "1": FinishedBy.VANISHED}
     assert trace.open and trace.buckets[A0].boundary == 30
     assert bucket_traceparent(trace, A0) == trace.bucket_ids(A0, 30).traceparent != trace.bucket_ids(A0, 100).traceparent
 
@@ -114,7 +115,7 @@ def test_a_malformed_trace_in_the_offset_is_a_clear_error(bad):
 
 def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_commits(monkeypatch):
     exported = []
-    monkeypatch.setattr("backlog_source.core.telemetry.export", lambda records: exported.extend(records))
+    monkeypatch.setattr("backlog_source.core.tracing.exporter.export", lambda records: exported.extend(records))
     enumerator, client, control = make()
     start = enumerator.initial_offset()
     assert start.trace is not None and set(start.trace.buckets) == {A0, Bucket("a", 2)}

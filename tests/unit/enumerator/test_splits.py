@@ -4,7 +4,7 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.offset import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
 from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaSplit, SnapshotSplit
-from backlog_source.core.trace_context import SpanContextIds
+from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.splits import plan_splits
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)

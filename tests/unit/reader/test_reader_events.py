@@ -2,9 +2,9 @@
 
 import pytest
 
-from backlog_source.core import telemetry
 from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaRange, KafkaSplit
+from backlog_source.core.tracing import exporter
 from backlog_source.events import dedup
 from backlog_source.reader.kafka_reader import read_split
 from tests.fakes import FakeConsumer, Msg, eof
@@ -102,7 +102,7 @@ def test_splits_that_do_not_cross_export_nothing(otel_env, receiver):
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     run(one("t", 5, 0, 2, boundary=5, source_id="src-f", traceparent=BUCKET_SPAN), [[Msg(0), Msg(1)]], [])
     run(one("t", 5, 0, 2, source_id="src-f"), [[Msg(0), Msg(1)]], [])
-    telemetry.flush()
+    exporter.flush()
     assert receiver.requests == 0
 
 
@@ -112,6 +112,6 @@ def test_a_failed_read_exports_a_failed_span(otel_env, receiver):
     failing = FakeConsumer([[Msg(0, partition=6)], RuntimeError("broker gone")])
     with pytest.raises(RuntimeError):
         list(read_split(split, SETTINGS, consumer_factory=failing, publish_event=lambda s, e: True))
-    telemetry.flush()
+    exporter.flush()
     [span] = receiver.spans
     assert span["status"] == "error" and span["events"] == []

@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from backlog_source.core import telemetry
 from backlog_source.core.errors import ConfigError
-from backlog_source.core.trace_context import SpanContextIds, SpanEventRecord, SpanRecord
+from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing.context import SpanContextIds, SpanEventRecord, SpanRecord
 
 ROOT = SpanContextIds(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
 CHILD = SpanContextIds(ROOT.trace_id, 0x00F067AA0BA902B7)
@@ -31,7 +31,7 @@ def records():
     ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, []),
 ])
 def test_which_exporters_the_environment_asks_for(env, expected):
-    assert telemetry.exporter_names(env) == expected
+    assert exporter.exporter_names(env) == expected
 
 
 @pytest.mark.parametrize("env, message", [
@@ -43,14 +43,14 @@ def test_which_exporters_the_environment_asks_for(env, expected):
 ])
 def test_a_bad_setting_is_an_error_naming_the_variable(env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        telemetry.exporter_names(env)
+        exporter.exporter_names(env)
 
 
 def test_records_arrive_with_their_ids_parents_times_events_and_status(otel_env, receiver):
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    assert telemetry.enabled()
-    telemetry.export(records())
-    assert telemetry.flush()
+    assert exporter.enabled()
+    exporter.export(records())
+    assert exporter.flush()
     spans = {s["name"]: s for s in receiver.spans}
     bucket, phase = spans["backlog.bucket"], spans["backlog.phase"]
     assert (bucket["trace_id"], bucket["span_id"], bucket["parent_span_id"]) == (
@@ -69,30 +69,30 @@ def test_records_arrive_with_their_ids_parents_times_events_and_status(otel_env,
 def test_service_name_comes_from_the_standard_variable(otel_env, receiver):
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     otel_env.setenv("OTEL_SERVICE_NAME", "orders-ingest")
-    telemetry.export(records()[:1])
-    telemetry.flush()
+    exporter.export(records()[:1])
+    exporter.flush()
     assert receiver.spans[0]["resource"]["service.name"] == "orders-ingest"
 
 
 def test_nothing_is_exported_without_configuration(otel_env, receiver):
-    assert not telemetry.enabled()
-    telemetry.export(records())
-    assert telemetry.flush()
+    assert not exporter.enabled()
+    exporter.export(records())
+    assert exporter.flush()
     otel_env.setenv("OTEL_TRACES_EXPORTER", "none")
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    telemetry.reset()
-    assert not telemetry.enabled()
-    telemetry.export(records())
+    exporter.reset()
+    assert not exporter.enabled()
+    exporter.export(records())
     assert receiver.requests == 0
 
 
 def test_a_bad_setting_disables_export_in_a_worker_instead_of_failing_it(otel_env, caplog):
     otel_env.setenv("OTEL_TRACES_EXPORTER", "zipkin")
-    assert not telemetry.enabled()
-    telemetry.export(records())  # does not raise
+    assert not exporter.enabled()
+    exporter.export(records())  # does not raise
     assert "tracing disabled in this process: OTEL_TRACES_EXPORTER='zipkin'" in caplog.text
     with pytest.raises(ConfigError, match="zipkin"):
-        telemetry.validate_environment()  # the driver's check fails load() instead
+        exporter.validate_environment()  # the driver's check fails load() instead
 
 
 def test_grpc_protocol_uses_the_grpc_exporter(otel_env):
@@ -101,19 +101,19 @@ def test_grpc_protocol_uses_the_grpc_exporter(otel_env):
     otel_env.setenv("OTEL_TRACES_EXPORTER", "otlp")
     otel_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-    telemetry.validate_environment()
+    exporter.validate_environment()
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    assert isinstance(telemetry._exporter("otlp"), OTLPSpanExporter)
+    assert isinstance(exporter._exporter("otlp"), OTLPSpanExporter)
 
 
 def test_an_unreachable_collector_costs_spans_not_the_caller(otel_env, caplog):
     otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
     otel_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    assert telemetry.enabled()  # the real OTLP exporter, not the no-op path
+    assert exporter.enabled()  # the real OTLP exporter, not the no-op path
     with caplog.at_level(logging.WARNING):
-        telemetry.export(records())  # does not raise
-        assert telemetry.flush(timeout_ms=3_000) is True  # the flush ends; the export failed
+        exporter.export(records())  # does not raise
+        assert exporter.flush(timeout_ms=3_000) is True  # the flush ends; the export failed
     assert any(r.name.startswith("opentelemetry.exporter.otlp") and "Failed to export" in r.getMessage()
                for r in caplog.records)
 
@@ -130,9 +130,9 @@ def test_sigterm_exports_queued_spans_before_the_process_ends(receiver, tmp_path
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "{receiver.endpoint}"
         os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "60000"  # never on its own during this test
         sys.path.insert(0, {str(tmp_path.parent)!r})
-        from backlog_source.core import telemetry
-        from backlog_source.core.trace_context import SpanContextIds, SpanRecord
-        telemetry.export([SpanRecord("backlog.phase", SpanContextIds(1, 2), None, 1, 2)])
+        from backlog_source.core.tracing import exporter
+        from backlog_source.core.tracing.context import SpanContextIds, SpanRecord
+        exporter.export([SpanRecord("backlog.phase", SpanContextIds(1, 2), None, 1, 2)])
         print("queued", flush=True)
         time.sleep(60)
     """)

@@ -40,12 +40,9 @@ BACKLOG_RECORDS = "backlog.records"
 BOUNDARY_OFFSET = "backlog.boundary_offset"
 START_OFFSET = "backlog.start_offset"
 REACHED_OFFSET = "backlog.reached_offset"
-#: How the bucket left backlog: one of the ``FINISHED_BY_*`` values.
+#: How the bucket left backlog: a :class:`~backlog_source.core.finish.FinishedBy` value
+#: (``event``, ``position``, ``vanished``, ``reset``).
 FINISHED_BY = "backlog.finished_by"
-FINISHED_BY_EVENT = "event"  # its BacklogFinishEvent was handled
-FINISHED_BY_POSITION = "position"  # committed position passed the boundary; the event was lost or late
-FINISHED_BY_VANISHED = "vanished"  # the partition was deleted (failOnDataLoss=false)
-FINISHED_BY_RESET = "reset"  # offsets moved backwards (failOnDataLoss=false); a new boundary follows
 
 # -- attributes: backlog.read ---------------------------------------------------------------
 SPLIT_START_OFFSET = "backlog.split.start_offset"

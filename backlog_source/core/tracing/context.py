@@ -1,7 +1,7 @@
 """Trace context as plain values: W3C ``traceparent`` text, ids, and finished-span records.
 
 Pure (no OpenTelemetry SDK import), so the enumerator and readers can compute trace
-context whether or not tracing is configured in their process; :mod:`backlog_source.core.telemetry`
+context whether or not tracing is configured in their process; :mod:`backlog_source.core.tracing.exporter`
 exports the records when it is.
 
 Why records instead of live spans: a ``backlog.bucket`` span starts in one process (the

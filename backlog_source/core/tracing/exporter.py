@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 from backlog_source.core import __version__
 from backlog_source.core.errors import ConfigError
-from backlog_source.core.trace_context import SpanRecord
+from backlog_source.core.tracing.context import SpanRecord
 
 # The OpenTelemetry SDK and exporters are imported only once a process turns tracing on:
 # with no OTEL_* variable set, tracing must cost nothing but an environment lookup, and
