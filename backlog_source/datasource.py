@@ -30,10 +30,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.errors import ConfigError
-from backlog_source.core.offset import SourceOffset
 from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
 from backlog_source.core.split import KafkaSplit, SnapshotSplit
@@ -139,7 +139,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver --------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        return self.enumerator.initial_offset().to_json()
+        return offset_codec.encode(self.enumerator.initial_offset())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Spark's Python API has no composite limit, and the limit must follow the backlog
@@ -154,10 +154,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        start_offset = SourceOffset.from_json(start)
+        start_offset = offset_codec.decode(start)
         end = self.enumerator.latest_offset(start_offset, self._budget(limit))
         # Returning the very dict Spark gave us tells it there is nothing new to run.
-        return start if end == start_offset else end.to_json()
+        return start if end == start_offset else offset_codec.encode(end)
 
     def _budget(self, limit: ReadLimit) -> ReadBudget:
         """The batch budget for Spark's ``limit``.
@@ -193,7 +193,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (:func:`~backlog_source.enumerator.splits.plan_splits`): a pure function of the two
         offsets, so a replayed batch gets the same splits."""
         with step_timings.step("driver.partitions"):
-            return plan_splits(SourceOffset.from_json(start), SourceOffset.from_json(end), self._driver_settings())
+            return plan_splits(offset_codec.decode(start), offset_codec.decode(end), self._driver_settings())
 
     def commit(self, end: dict) -> None:
         pass

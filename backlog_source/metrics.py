@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import from_nested
-from backlog_source.core.offset import SourceOffset
 
 
 def lag_metrics(source_progress: Any) -> dict[str, float] | None:
@@ -28,7 +28,7 @@ def lag_metrics(source_progress: Any) -> dict[str, float] | None:
     latest_raw = _field(source_progress, "latestOffset")
     if not end_raw or not latest_raw:
         return None
-    end = SourceOffset.from_json(_as_dict(end_raw)).positions
+    end = offset_codec.decode(_as_dict(end_raw)).positions
     latest = from_nested(_as_dict(latest_raw), "latestOffset")
     behind = [max(0, latest[b] - end[b]) for b in end if b in latest]
     if not behind:

@@ -33,16 +33,7 @@ from dataclasses import dataclass, field, replace
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import MalformedEvent
 from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.offset import (
-    BY_POSITION,
-    DUPLICATE,
-    FOREIGN,
-    HANDLED,
-    IMPLAUSIBLE,
-    MALFORMED,
-    STALE,
-    EventCounts,
-)
+from backlog_source.core.state import BY_POSITION, EventCounts, EventOutcome
 from backlog_source.enumerator.planner import lag
 from backlog_source.events.finish_event import BacklogFinishEvent
 
@@ -53,18 +44,18 @@ def record_boundaries(start: Mapping[Bucket, int], log_end: Mapping[Bucket, int]
 
 
 def classify(event: BacklogFinishEvent, source_id: str, pending: Mapping[Bucket, int],
-             finishing: Mapping[Bucket, int]) -> str:
+             finishing: Mapping[Bucket, int]) -> EventOutcome:
     """What an event means for a source whose last committed batch carried ``finishing``
     buckets to their boundaries while ``pending`` ones are still below theirs."""
     if event.source_id != source_id:
-        return FOREIGN
+        return EventOutcome.FOREIGN
     if finishing.get(event.bucket) == event.boundary_offset:
-        return HANDLED
+        return EventOutcome.HANDLED
     if pending.get(event.bucket) == event.boundary_offset:
-        return IMPLAUSIBLE  # no committed batch has read this bucket up to its boundary
+        return EventOutcome.IMPLAUSIBLE  # no committed batch has read this bucket up to its boundary
     if event.bucket in pending or event.bucket in finishing:
-        return STALE  # a boundary of an earlier backlog phase
-    return DUPLICATE  # already finished: a retried task or a replayed batch
+        return EventOutcome.STALE  # a boundary of an earlier backlog phase
+    return EventOutcome.DUPLICATE  # already finished: a retried task or a replayed batch
 
 
 @dataclass(frozen=True)
@@ -101,12 +92,12 @@ class BacklogState:
             try:
                 event = BacklogFinishEvent.decode(value)
             except MalformedEvent:
-                counts = counts.add(MALFORMED)
+                counts = counts.add(EventOutcome.MALFORMED)
                 continue
             outcome = classify(event, source_id, self.pending, self.finishing)
-            if outcome == HANDLED and event.bucket in confirmed:
-                outcome = DUPLICATE
-            if outcome == HANDLED:
+            if outcome is EventOutcome.HANDLED and event.bucket in confirmed:
+                outcome = EventOutcome.DUPLICATE
+            if outcome is EventOutcome.HANDLED:
                 confirmed[event.bucket] = event.reached_offset
             counts = counts.add(outcome)
         finished: dict[Bucket, Finish] = {}

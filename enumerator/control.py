@@ -15,10 +15,19 @@ import logging
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import SourceSettings
+from backlog_source.core.text_enum import TextEnum
 from backlog_source.enumerator.kafka_offsets import OffsetsClient, TopicIdentity
 from backlog_source.events.channel import CONTROL_PARTITION, ControlMessages, ControlTopicReader
 
 log = logging.getLogger(__name__)
+
+
+class TopicChange(TextEnum):
+    """What happened to the control topic since this run last looked."""
+
+    UNCHANGED = "unchanged"
+    RECREATED_HERE = "re-created here"  # it was deleted, and this run created it again: empty
+    RECREATED = "re-created"  # someone else deleted and re-created it: read it from its start
 
 
 class ControlTopic:
@@ -53,15 +62,13 @@ class ControlTopic:
         """The messages since ``position``, after checking the topic is still the one this
         run read: a missing topic is re-created and yields nothing; a re-created one is read
         from its start."""
-        changed = self._check()
-        if changed == "re-created here":
+        change = self._check()
+        if change is TopicChange.RECREATED_HERE:
             return ControlMessages([], 0)
-        return self._reader.read_from(0 if changed else position)
+        return self._reader.read_from(0 if change is TopicChange.RECREATED else position)
 
-    def _check(self) -> str | None:
-        """Compare the topic with the one this run opened: ``None`` when unchanged,
-        ``"re-created here"`` when it was missing and this call created it again,
-        ``"re-created"`` when someone else re-created it (another id)."""
+    def _check(self) -> TopicChange:
+        """Compare the topic with the one this run opened (re-creating it when it is missing)."""
         identity = self._client.topic_identity(self._topic)
         if identity is None:
             log.warning(
@@ -71,18 +78,18 @@ class ControlTopic:
             )
             self._client.ensure_topic(self._topic, 1)
             self._identity = self._client.topic_identity(self._topic)
-            return "re-created here"
-        changed = None
+            return TopicChange.RECREATED_HERE
+        change = TopicChange.UNCHANGED
         if self._identity is not None and identity != self._identity:
             log.warning(
                 "the control topic %r (option 'backlog.eventsTopic') was re-created while the query ran (%s, was %s): "
                 "reading the new topic from its start", self._topic, identity, self._identity,
             )
-            changed = "re-created"
+            change = TopicChange.RECREATED
         if identity != self._identity:
             self._warn_if_partitioned(identity)
         self._identity = identity
-        return changed
+        return change
 
     def _warn_if_partitioned(self, identity: TopicIdentity) -> None:
         if identity.partitions != 1:

@@ -32,11 +32,10 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import DataLossError
 from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.offset import SourceOffset
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
-from backlog_source.core.tracing import names as span_names
-from backlog_source.core.tracing import exporter
+from backlog_source.core.state import SourceOffset
+from backlog_source.core.tracing import exporter, names as span_names
 from backlog_source.enumerator.boundaries import BacklogState, record_boundaries, reentry_boundaries, restart_boundaries
 from backlog_source.enumerator.control import ControlTopic
 from backlog_source.enumerator.kafka_offsets import OffsetsClient

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.offset import OpenBucket, PhaseTrace
+from backlog_source.core.state import OpenBucket, PhaseTrace
 from backlog_source.core.tracing import spans
 from backlog_source.core.tracing.context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 

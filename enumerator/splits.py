@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from backlog_source.core.offset import SourceOffset, bucket_traceparent
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.split import KafkaSplit, SnapshotSplit
+from backlog_source.core.state import SourceOffset, bucket_traceparent
 from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
 
 

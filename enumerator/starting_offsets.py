@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import ConfigError, SnapshotError
-from backlog_source.core.offset import SnapshotState
 from backlog_source.core.settings import EARLIEST, LATEST, SourceSettings, StartingPoint
 from backlog_source.core.snapshot_manifest import Manifest, load_manifest
+from backlog_source.core.state import SnapshotState
 from backlog_source.enumerator.kafka_offsets import OffsetsClient
 
 log = logging.getLogger(__name__)

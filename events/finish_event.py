@@ -12,11 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.codec import VersionedCodec
 from backlog_source.core.errors import MalformedEvent
 
 EVENT_TYPE = "BacklogFinishEvent"
-EVENT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+#: The event's versions (the shape of :mod:`backlog_source.core.codec`): 1 is written and read.
+EVENT_CODEC = VersionedCodec("BacklogFinishEvent", "v", 1, MalformedEvent)
 #: Control messages larger than this are rejected unread: a real event is a few hundred bytes.
 MAX_EVENT_BYTES = 16 * 1024
 
@@ -43,7 +44,7 @@ class BacklogFinishEvent:
         return Bucket(self.topic, self.partition)
 
     def encode(self) -> bytes:
-        return json.dumps({"type": EVENT_TYPE, "v": EVENT_VERSION, **asdict(self)}, separators=(",", ":")).encode()
+        return json.dumps({"type": EVENT_TYPE, **EVENT_CODEC.stamp(asdict(self))}, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, payload: bytes | None) -> "BacklogFinishEvent":
@@ -58,10 +59,7 @@ class BacklogFinishEvent:
             raise MalformedEvent("not JSON") from None
         if not isinstance(data, dict) or data.get("type") != EVENT_TYPE:
             raise MalformedEvent("not a BacklogFinishEvent")
-        if data.get("v") not in SUPPORTED_VERSIONS:
-            raise MalformedEvent(
-                f"event version {data.get('v')!r} is not understood; this release reads {SUPPORTED_VERSIONS}"
-            )
+        data = EVENT_CODEC.current_shape(data)
         fields: dict[str, Any] = {}
         for name, kind in (
             ("source_id", str),

@@ -19,11 +19,13 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from backlog_source.core.codec import VersionedCodec
 from backlog_source.core.errors import SnapshotError
 
 MANIFEST_NAME = "_manifest.json"
-VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+#: The manifest's versions (the shape of :mod:`.codec`): 1 is written and read.
+MANIFEST_CODEC = VersionedCodec("snapshot manifest", "version", 1, SnapshotError)
+
 
 @dataclass(frozen=True)
 class PartitionSnapshot:
@@ -40,8 +42,7 @@ class Manifest:
     partitions: dict[int, PartitionSnapshot]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": VERSION,
+        return MANIFEST_CODEC.stamp({
             "topic": self.topic,
             "snapshot_id": self.snapshot_id,
             "created_ms": self.created_ms,
@@ -49,7 +50,7 @@ class Manifest:
                 str(p): {"log_offset": s.log_offset, "rows": s.rows, "files": list(s.files)}
                 for p, s in sorted(self.partitions.items())
             },
-        }
+        })
 
     def encode(self) -> bytes:
         return (json.dumps(self.to_json(), indent=2) + "\n").encode()
@@ -61,14 +62,7 @@ class Manifest:
             data = json.loads(payload)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SnapshotError(f"{where} is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise SnapshotError(f"{where} must hold a JSON object")
-        version = data.get("version")
-        if version not in SUPPORTED_VERSIONS:
-            raise SnapshotError(
-                f"{where} has manifest version {version!r}; this release reads version(s) "
-                f"{', '.join(map(str, SUPPORTED_VERSIONS))}"
-            )
+        data = MANIFEST_CODEC.current_shape(data, where=where)
         try:
             partitions = {
                 int(p): PartitionSnapshot(int(s["log_offset"]), int(s["rows"]), tuple(str(f) for f in s["files"]))

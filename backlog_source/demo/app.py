@@ -20,8 +20,7 @@ from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession, functions as F
 from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress

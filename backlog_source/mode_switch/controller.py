@@ -27,8 +27,7 @@ from typing import Any
 
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
-from backlog_source.core.tracing import names as span_names
-from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing import exporter, names as span_names
 from backlog_source.core.tracing.spans import SwitchSpan
 from backlog_source.mode_switch.listener import (
     BacklogModeListener,

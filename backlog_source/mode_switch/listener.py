@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_source.core.offset import SourceOffset, parse_reported
+from backlog_source.core.offset import parse_reported
+from backlog_source.core.state import SourceOffset
 from backlog_source.core.text_enum import TextEnum
 
 

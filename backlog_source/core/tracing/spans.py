@@ -17,8 +17,8 @@ from typing import Any
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.finish import Finish
-from backlog_source.core.offset import OpenBucket, PhaseTrace
 from backlog_source.core.split import KafkaRange
+from backlog_source.core.state import OpenBucket, PhaseTrace
 from backlog_source.core.tracing import exporter, names
 from backlog_source.core.tracing.context import (
     SpanContextIds,

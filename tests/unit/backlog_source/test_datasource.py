@@ -2,10 +2,11 @@
 
 import pickle
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.offset import SourceOffset
 from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaSplit
+from backlog_source.core.state import SourceOffset
 from backlog_source.datasource import BacklogStreamReader
 from backlog_source.enumerator.splits import plan_splits
 
@@ -18,8 +19,8 @@ def test_partitions_translates_spark_offsets_to_the_enumerators_splits():
     start = SourceOffset("x", {A0: 0})
     end = SourceOffset("x", {A0: 120}, backlog={A0: 120})
     reader = BacklogStreamReader(SETTINGS)
-    splits = reader.partitions(start.to_json(), end.to_json())
-    assert splits == plan_splits(start, end, SETTINGS) == reader.partitions(start.to_json(), end.to_json())
+    splits = reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
+    assert splits == plan_splits(start, end, SETTINGS) == reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
     assert all(isinstance(s, KafkaSplit) for s in splits) and sum(s.records for s in splits) == 120
 
 

@@ -7,10 +7,8 @@ import pytest
 
 from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
-from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
-from backlog_source.core.snapshot_manifest import load_manifest
-from backlog_source.snapshot import latest_per_key
-from backlog_source.snapshot import _publish, read_partition
+from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot, load_manifest
+from backlog_source.snapshot import _publish, latest_per_key, read_partition
 
 
 def records(*rows):
@@ -58,8 +56,8 @@ def test_manifest_round_trip_and_fit():
 
 @pytest.mark.parametrize("payload, message", [
     (b"not json", "is not JSON"),
-    (b"[]", "must hold a JSON object"),
-    (json.dumps({"version": 2}).encode(), "manifest version 2; this release reads version"),
+    (b"[]", "must be a JSON object"),
+    (json.dumps({"version": 2}).encode(), "snapshot manifest version 2 is not understood; this release reads version"),
     (json.dumps({"version": 1, "topic": "t"}).encode(), "is malformed: missing or invalid"),
     (json.dumps({"version": 1, "topic": "t", "snapshot_id": "a", "created_ms": 1,
                  "partitions": {"0": {"log_offset": -1, "rows": 0, "files": []}}}).encode(), "must be >= 0"),

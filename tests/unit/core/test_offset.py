@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket, from_nested, to_nested
 from backlog_source.core.errors import OffsetFormatError
-from backlog_source.core.offset import PhaseTrace, SourceOffset, parse_reported
+from backlog_source.core.offset import parse_reported
 from backlog_source.core.split import KafkaSplit
+from backlog_source.core.state import OpenBucket, PhaseTrace, SourceOffset
+from backlog_source.core.tracing.context import SpanContextIds
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "offsets"
 O0, O1 = Bucket("orders", 0), Bucket("orders", 1)
@@ -23,41 +26,41 @@ def sample() -> SourceOffset:
         finishing={Bucket("orders", 0): 1200},
         starts={Bucket("b", 0): 0},
         events_position=17,
-        trace=PhaseTrace.from_json({
-            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            "started_ms": 1_700_000_000_000, "topics": ["orders"], "bucket_count": 1, "records": 4002,
-            "buckets": {"orders": {"1": [998, 5000, 1_700_000_000_000]}},
-        }),
+        trace=PhaseTrace(
+            SpanContextIds.parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            started_ms=1_700_000_000_000, topics=("orders",), bucket_count=1, records=4002,
+            buckets={Bucket("orders", 1): OpenBucket(998, 5000, 1_700_000_000_000)},
+        ),
     )
 
 
 def test_offset_round_trips_through_json_and_pickle():
     offset = sample()
-    data = json.loads(json.dumps(offset.to_json()))
-    assert SourceOffset.from_json(data) == offset
+    data = json.loads(json.dumps(offset_codec.encode(offset)))
+    assert offset_codec.decode(data) == offset
     assert pickle.loads(pickle.dumps(offset)) == offset
 
 
 def test_offset_json_uses_sparks_positions_shape_and_is_deterministic():
-    data = sample().to_json()
+    data = offset_codec.encode(sample())
     assert data["v"] == 2
     assert data["positions"] == {"b": {"0": 0}, "orders": {"0": 1234, "1": 998}}
     assert data["processing_backlog"] is True
     assert data["finishing"] == {"orders": {"0": 1200}} and data["starts"] == {"b": {"0": 0}}
-    assert json.dumps(data) == json.dumps(SourceOffset.from_json(data).to_json())
+    assert json.dumps(data) == json.dumps(offset_codec.encode(offset_codec.decode(data)))
 
 
 def test_processing_backlog_is_derived_from_the_pending_boundaries():
-    assert SourceOffset("x", {Bucket("t", 0): 1}).to_json()["processing_backlog"] is False
+    assert offset_codec.encode(SourceOffset("x", {Bucket("t", 0): 1}))["processing_backlog"] is False
     # A batch that reaches every boundary already reports that no backlog is left.
     reached = SourceOffset("x", {Bucket("t", 0): 9}, finishing={Bucket("t", 0): 9})
-    assert reached.to_json()["processing_backlog"] is False and reached.boundaries == {Bucket("t", 0): 9}
+    assert offset_codec.encode(reached)["processing_backlog"] is False and reached.boundaries == {Bucket("t", 0): 9}
 
 
 def test_every_released_version_is_read_forever():
     """One stored offset of each released version (tests/fixtures/offsets, written by that
     release against the embedded broker); a new version must keep reading them."""
-    read = {path.stem: SourceOffset.from_json(json.loads(path.read_text())) for path in sorted(FIXTURES.glob("*.json"))}
+    read = {path.stem: offset_codec.decode(json.loads(path.read_text())) for path in sorted(FIXTURES.glob("*.json"))}
     assert {name.split("-")[0] for name in read} == {"v1"}
     mid = read["v1-mid-backlog"]
     assert mid.processing_backlog and mid.backlog == {O0: 10001, O1: 10001} and mid.finishing == {}
@@ -70,20 +73,20 @@ def test_every_released_version_is_read_forever():
     done = read["v1-caught-up"]
     assert not done.processing_backlog and done.event_counts["handled"] == 2 and done.events_position == 2
     for offset in read.values():  # what this release writes for them reads back the same
-        assert SourceOffset.from_json(json.loads(json.dumps(offset.to_json()))) == offset
+        assert offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset)))) == offset
 
 
 def test_a_v1_bucket_whose_snapshot_is_unread_stays_pending():
     data = {"v": 1, "source_id": "x", "positions": {"t": {"0": 50}}, "backlog": {"t": {"0": 50}},
             "snapshot": {"root": "/s", "id": "i", "pending": {"t": {"0": ["f.parquet"]}}}}
-    offset = SourceOffset.from_json(data)
+    offset = offset_codec.decode(data)
     assert offset.backlog == {Bucket("t", 0): 50} and offset.finishing == {}
 
 
 def test_reported_offsets_of_other_sources_are_not_ours():
     assert parse_reported('{"orders": {"0": 5}}') is None  # Spark's Kafka source
     assert parse_reported("") is None and parse_reported("not json") is None
-    assert parse_reported(json.dumps(sample().to_json())) == sample()
+    assert parse_reported(json.dumps(offset_codec.encode(sample()))) == sample()
     with pytest.raises(OffsetFormatError, match="offset version 9 is not understood"):
         parse_reported({"v": 9, "source_id": "x", "positions": {}})
 
@@ -91,7 +94,7 @@ def test_reported_offsets_of_other_sources_are_not_ours():
 @pytest.mark.parametrize(
     "data, fragment",
     [
-        ({"v": 3, "source_id": "x", "positions": {}}, "offset version 3 is not understood; this backlog-source reads versions 1, 2"),
+        ({"v": 3, "source_id": "x", "positions": {}}, "offset version 3 is not understood; this release reads version(s) 1, 2"),
         ({"orders": {"0": 5}}, "offset version None is not understood"),
         ([1, 2], "must be a JSON object"),
         ({"v": 1, "positions": {}}, "'source_id' must be a non-empty string"),
@@ -102,7 +105,7 @@ def test_reported_offsets_of_other_sources_are_not_ours():
 )
 def test_malformed_offsets_are_rejected_with_a_reason(data, fragment):
     with pytest.raises(OffsetFormatError) as raised:
-        SourceOffset.from_json(data)
+        offset_codec.decode(data)
     assert fragment in str(raised.value)
 
 

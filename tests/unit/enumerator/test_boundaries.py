@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.offset import SourceOffset
 from backlog_source.core.settings import parse_options
+from backlog_source.core.state import SourceOffset
 from backlog_source.enumerator.boundaries import BacklogState, classify, record_boundaries, reentry_boundaries
 from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
 from backlog_source.events.finish_event import MAX_EVENT_BYTES, BacklogFinishEvent
@@ -47,7 +48,7 @@ def event(offset: SourceOffset, bucket: Bucket, boundary=None, source_id=None) -
 
 
 def checkpointed(offset: SourceOffset) -> SourceOffset:
-    return SourceOffset.from_json(json.loads(json.dumps(offset.to_json())))
+    return offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset))))
 
 
 def test_boundaries_are_the_log_end_at_start_and_empty_buckets_have_none():

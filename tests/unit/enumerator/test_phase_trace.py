@@ -4,11 +4,11 @@ import json
 
 import pytest
 
+from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.offset import SourceOffset
-from backlog_source.core.offset import PhaseTrace, bucket_traceparent
+from backlog_source.core.state import PhaseTrace, SourceOffset, bucket_traceparent
 from backlog_source.core.tracing import names
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.enumerator import ReadBudget
@@ -91,7 +91,7 @@ def test_reset_and_vanished_buckets_say_so_and_a_reset_one_opens_a_new_span():
 def test_the_trace_survives_the_offset_dict_and_splits_get_bucket_context():
     trace = started()
     offset = SourceOffset("src", {A0: 0, A1: 10}, backlog={A0: 100, A1: 50}, trace=trace)
-    restored = SourceOffset.from_json(json.loads(json.dumps(offset.to_json())))
+    restored = offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset))))
     assert restored.trace == trace
     parsed = SpanContextIds.parse(bucket_traceparent(restored.trace, A0))
     assert parsed == trace.bucket_ids(A0, 100)
@@ -107,7 +107,7 @@ def test_the_trace_survives_the_offset_dict_and_splits_get_bucket_context():
 ])
 def test_a_malformed_trace_in_the_offset_is_a_clear_error(bad):
     with pytest.raises(OffsetFormatError, match="offset field 'trace"):
-        PhaseTrace.from_json(bad)
+        offset_codec.decode({"v": 2, "source_id": "x", "positions": {}, "trace": bad})
 
 
 # ----------------------------------------------------------------- the enumerator's spans

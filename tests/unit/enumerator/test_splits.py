@@ -1,9 +1,9 @@
 """The splits of a batch, planned from its (start, end) offsets: plan_splits()."""
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.offset import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
 from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaSplit, SnapshotSplit
+from backlog_source.core.state import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.splits import plan_splits
 
