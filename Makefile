@@ -6,8 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh).
 JVM_STAMP := .jvm/.installed
+# Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
+BENCHMARKS := broker_growth consumer_reuse latency mode_switch pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap tracing_cost versus_spark_kafka
 
-.PHONY: jvm test test-wheel test-unit test-integration demo bench bench-versus bench-modes bench-tracing bench-snapshot bench-latency check-tools clean
+.PHONY: jvm test test-wheel test-unit test-integration demo bench $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -43,23 +45,13 @@ test-integration: $(STAMP) $(JVM_STAMP)
 demo: $(STAMP) $(JVM_STAMP)
 	$(PY) -m backlog_source.cli demo
 
-bench: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/read_throughput.py
+# Benchmarks (benchmarks/README.md): `make bench` is the read-throughput headline; each
+# benchmark also has its own target, `make bench-<name>` = `python -m benchmarks.<name>`.
+bench: bench-read_throughput
 
-bench-modes: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/mode_switch.py
-
-bench-latency: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/latency.py
-
-bench-tracing: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/tracing_cost.py
-
-bench-versus: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/versus_spark_kafka.py
-
-bench-snapshot: $(STAMP) $(JVM_STAMP)
-	$(PY) benchmarks/snapshot_bootstrap.py
+$(addprefix bench-,$(BENCHMARKS)): bench-%: $(STAMP) $(JVM_STAMP)
+	$(PY) -m benchmarks.$*
 
 clean:
 	rm -rf $(VENV) .venv-wheel .jvm demo-output .pytest_cache
+

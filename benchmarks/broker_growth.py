@@ -12,27 +12,28 @@ whole nor the machine.
 
 Usage::
 
-    .venv/bin/python benchmarks/broker_growth.py [--seconds 120] [--rate 1000] [--every 10]
+    .venv/bin/python -m benchmarks.broker_growth [--seconds 120] [--rate 1000] [--every 10]
 
-Writes ``benchmarks/results/broker_growth.json`` and ``.md``.
+Writes ``benchmarks/results/broker_growth/broker_growth.json`` and ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fmt, log_end_offsets, machine, write_results  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from backlog_source.testing.broker import create_topic, start_broker  # noqa: E402
+from backlog_source.testing.broker import create_topic, start_broker
+from benchmarks.harness import (
+    fmt,
+    log_end_offsets,
+    machine,
+    write_results,
+)
 
 PARTITIONS = 8
 TAIL = 5  # records read per partition by each timed fetch
@@ -112,9 +113,9 @@ def main() -> None:
         stop.set()
         broker.stop()
 
-    command = (f".venv/bin/python benchmarks/broker_growth.py --seconds {args.seconds:g} --rate {args.rate:g} "
+    command = (f".venv/bin/python -m benchmarks.broker_growth --seconds {args.seconds:g} --rate {args.rate:g} "
                f"--every {args.every:g}")
-    write_results("broker_growth", {"command": command, "machine": machine(), "samples": samples}, [
+    write_results("broker_growth", "broker_growth", {"command": command, "machine": machine(), "samples": samples}, [
         "# The embedded broker's request cost under live traffic", "", f"Command: `{command}`", "",
         f"`live` receives {args.rate:g} records/s in one-record produce requests; `still` holds "
         f"{PARTITIONS * 50} records and receives nothing. Times of one ListOffsets(latest) of 8 partitions "

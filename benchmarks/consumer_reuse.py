@@ -19,29 +19,30 @@ its last record.
 
 Usage::
 
-    .venv/bin/python benchmarks/consumer_reuse.py [--splits 30] [--records 100]
+    .venv/bin/python -m benchmarks.consumer_reuse [--splits 30] [--records 100]
 
-Writes ``benchmarks/results/consumer_reuse.json`` and ``.md``.
+Writes ``benchmarks/results/consumer_reuse/consumer_reuse.json`` and ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median_and_spread, with_spread, write_results  # noqa: E402
-from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer
 
-from backlog_source.core.settings import parse_options  # noqa: E402
-from backlog_source.core.split import KafkaRange, KafkaSplit  # noqa: E402
-from backlog_source.reader.kafka_reader import read_split  # noqa: E402
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic  # noqa: E402
+from backlog_source.core.settings import parse_options
+from backlog_source.core.split import KafkaRange, KafkaSplit
+from backlog_source.reader.kafka_reader import read_split
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic
+from benchmarks.harness import (
+    machine,
+    median_and_spread,
+    with_spread,
+    write_results,
+)
 
 VARIANTS = ("fresh", "reused", "reused_fetch_wait_10ms")
 
@@ -132,7 +133,7 @@ def main() -> None:
     finally:
         broker.stop()
 
-    command = f".venv/bin/python benchmarks/consumer_reuse.py --splits {args.splits} --records {args.records}"
+    command = f".venv/bin/python -m benchmarks.consumer_reuse --splits {args.splits} --records {args.records}"
     summary = {"command": command, "machine": machine(), "splits": args.splits,
                "records_per_partition": args.records, "ms_per_split": results}
     lines = ["# Consumer reuse across splits", "", f"Command: `{command}`", "",
@@ -142,7 +143,7 @@ def main() -> None:
     for key, row in results.items():
         cells = [with_spread(row[v], '.1f') for v in VARIANTS]
         lines.append(f"| {key.split('_')[0]} | " + " | ".join(cells) + " |")
-    write_results("consumer_reuse", summary, lines)
+    write_results("consumer_reuse", "consumer_reuse", summary, lines)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ the report gives the median over runs and the spread (min-max) of each figure.
 
 Usage::
 
-    .venv/bin/python benchmarks/latency.py [--runs 3] [--rate 1000] [--seconds 120] [--triggers "0 seconds,250 milliseconds,1 second"]
+    .venv/bin/python -m benchmarks.latency [--runs 3] [--rate 1000] [--seconds 120] [--triggers "0 seconds,250 milliseconds,1 second"]
 
-Writes ``benchmarks/results/latency.{json,md}``.
+Writes ``benchmarks/results/latency/latency.{json,md}``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,17 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_source.core.step_timings import VARIABLE
+from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
+from backlog_source.testing.broker import create_topic, produce
+from backlog_source.testing.kafka_proxy import counting_broker
+from benchmarks.harness import (
     ProgressLog,
     fmt,
     log_end_offsets,
@@ -51,18 +59,10 @@ from common import (  # noqa: E402
     write_results,
 )
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
-
-from backlog_source.core.buckets import Bucket  # noqa: E402
-from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig  # noqa: E402
-from backlog_source.core.step_timings import VARIABLE  # noqa: E402
-from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
-from backlog_source.testing.kafka_proxy import counting_broker  # noqa: E402
-
 DRIVER_CLIENTS = ("backlog-source-admin", "backlog-source-events-reader")
 DURATION_KEYS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+
+
 IDLE_SECONDS = 10.0
 WINDOW_S = 30.0  # latency is also reported per window of produce time (the broker slows down, see README)
 
@@ -312,7 +312,7 @@ def summarise(trigger: str, runs: list[dict]) -> dict:
 
 
 def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
-    command = "python benchmarks/latency.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.latency " + " ".join(sys.argv[1:])
     summary = {"command": command, "machine": machine(), "rate": args.rate, "seconds": args.seconds,
                "results": results, "bare_loop": bare, "wide": wide,
                "targets": {"latency_p50_s": 0.35, "latency_p99_s": 0.8, "wide_batch_s": 1.0}}
@@ -355,7 +355,7 @@ def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
                   f"records per batch, {args.runs} runs): batch p50 {with_spread(wide['batch_p50_s'])} s, p99 {with_spread(wide['batch_p99_s'])} s, "
                   f"addBatch median {with_spread(wide['add_batch_ms_median'], '.0f')} ms, {with_spread(wide['tasks_per_batch_median'], '.0f')} "
                   f"task(s) per batch (target: under 1 s)."]
-    write_results("latency", summary, lines)
+    write_results("latency", "latency", summary, lines)
 
 
 if __name__ == "__main__":

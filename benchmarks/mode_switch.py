@@ -43,9 +43,9 @@ the list (:func:`rotated`); the report gives medians over runs with the spread
 
 Usage::
 
-    .venv/bin/python benchmarks/mode_switch.py [--runs 3] [--backlog 2000000] [--rate 1000] [--live-seconds 120]
+    .venv/bin/python -m benchmarks.mode_switch [--runs 3] [--backlog 2000000] [--rate 1000] [--live-seconds 120]
 
-Writes ``benchmarks/results/mode_switch.{json,md,png}`` (``--results-name`` changes the name).
+Writes ``benchmarks/results/mode_switch/mode_switch.{json,md,png}`` (``--results-name`` changes the name).
 """
 
 from __future__ import annotations
@@ -56,30 +56,32 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    RESULTS,
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
+    BATCH_TIMELINE_XLABEL,
     ProgressLog,
     batch_ends,
+    commit_time_reaching,
+    draw_batch_timeline,
     first_trigger_at,
     log_end_offsets,
     machine,
     median_and_spread,
     percentile,
     record_latencies,
+    results_folder,
+    rotated,
     spark_session,
     start_producer,
     timestamp_s,
     wait_until,
+    warm_up,
     with_spread,
     write_results,
 )
-
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 PARTITIONS = 8
 BACKLOG_LIMIT = {"backlog.maxOffsetsPerTrigger": "5000000", "maxOffsetsPerTrigger": "50000"}
@@ -109,14 +111,6 @@ def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
 def burst(bootstrap: str, topic: str, records: int) -> None:
     """``records`` records as fast as the producer goes (run in its own process)."""
     produce(bootstrap, topic, ((i % PARTITIONS, None, b"u" * 100) for i in range(records)))
-
-
-def commit_time_reaching(progress: list[dict], topic: str, ends: dict[int, int]) -> float | None:
-    """When the first batch whose end positions reach ``ends`` committed (wall-clock s)."""
-    for batch in batch_ends(progress):
-        if all(batch["positions"].get((topic, p), -1) >= end for p, end in ends.items()):
-            return batch["committed"]
-    return None
 
 
 def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args) -> dict:
@@ -211,27 +205,6 @@ def switch_report(transition, progress: list[dict]) -> dict:
             "apply_s": transition.apply_seconds}
 
 
-def warm_up(spark, bootstrap: str) -> None:
-    """One small query first, so no configuration pays the JVM's and the Python workers'
-    cold start (the first query of a session was measured ~5 s slower)."""
-    topic = f"bench-warm-up-{time.time_ns()}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    produce(bootstrap, topic, ((i % PARTITIONS, None, b"w" * 100) for i in range(200_000)))
-    with tempfile.TemporaryDirectory() as checkpoint:
-        (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-         .option("startingOffsets", "earliest").load().writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start().awaitTermination())
-
-
-def rotated(names: list[str], round_index: int) -> list[str]:
-    """The configurations in the order of round ``round_index``: each round starts one
-    further along, so no configuration always runs first after the warm-up or after the
-    previous scenario. With a fixed order, the configuration that always ran first had the
-    slowest steady drain in both runs, and an order effect could not be told from its own."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
-
-
 # ------------------------------------------------------------------------ the report
 
 
@@ -286,7 +259,7 @@ def ratios(summaries: dict[str, dict], runs_by_name: dict[str, list[dict]]) -> d
 
 
 def report(results: dict, args) -> None:
-    command = "python benchmarks/mode_switch.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.mode_switch " + " ".join(sys.argv[1:])
     summaries = {scenario: {name: summarise(runs) for name, runs in by_name.items()}
                  for scenario, by_name in results.items()}
     compared = {scenario: ratios(s, results[scenario]) for scenario, s in summaries.items()
@@ -337,7 +310,7 @@ def report(results: dict, args) -> None:
               "| configuration | start call s | returned -> first trigger s |", "| --- | ---: | ---: |"]
     for name, s in summaries.get("steady", {}).items():
         lines.append(f"| {name} | {with_spread(s['start_call_s'], '.3f')} | {with_spread(s['returned_to_first_trigger_s'], '.3f')} |")
-    write_results(args.results_name, summary, lines)
+    write_results("mode_switch", args.results_name, summary, lines)
     plot(results, args.results_name)
 
 
@@ -353,20 +326,10 @@ def plot(results: dict, results_name: str) -> None:
                              sharex="col", squeeze=False)
     for column, (scenario, by_name) in enumerate(results.items()):
         for row, name in enumerate(names):
-            ax = axes[row, column]
-            first = by_name[name][0]
-            batches = first["batch_timeline"]
-            ax.bar([b["start"] for b in batches], [b["records"] for b in batches],
-                   width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
-            ax.axvline(first["drain_s"], color="black", linestyle="--", linewidth=1)
-            ax.set_yscale("log")
-            ax.set_title(f"{scenario} / {name}: drained {first['drain_s']:.1f} s, live p99 "
-                         f"{first['latency_p99_s']:.2f} s", fontsize=8)
-            ax.tick_params(labelsize=7)
-        axes[-1, column].set_xlabel("seconds since start (bars: batches, width = duration; dashed: backlog drained)",
-                                    fontsize=8)
+            draw_batch_timeline(axes[row, column], by_name[name][0], f"{scenario} / {name}")
+        axes[-1, column].set_xlabel(BATCH_TIMELINE_XLABEL, fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{results_name}.png", dpi=90)
+    fig.savefig(results_folder("mode_switch") / f"{results_name}.png", dpi=90)
 
 
 def main() -> None:

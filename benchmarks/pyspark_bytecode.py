@@ -23,9 +23,9 @@ It is a finding about PySpark, not a setting of this source: the README states i
 
 Usage::
 
-    .venv/bin/python benchmarks/pyspark_bytecode.py [--rounds 5] [--imports 5]
+    .venv/bin/python -m benchmarks.pyspark_bytecode [--rounds 5] [--imports 5]
 
-Writes ``benchmarks/results/pyspark_bytecode.json`` and ``.md`` (and the two
+Writes ``benchmarks/results/pyspark_bytecode/pyspark_bytecode.json`` and ``.md`` (and the two
 ``query_startup_*`` result files it reads).
 """
 
@@ -41,21 +41,19 @@ import tempfile
 import time
 import zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (  # noqa: E402
-    RESULTS,
+from benchmarks.harness import (
     RUNNER_MODULE,
     fmt,
     installed_spark_home,
     machine,
     median_and_spread,
+    results_folder,
     spark_worker_path,
     with_spread,
     write_results,
 )
+from pathlib import Path
+
 
 def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
     """A directory that links every entry of ``spark_home`` except ``python/lib``, whose
@@ -100,9 +98,9 @@ def query_startup(rounds: int, name: str, spark_home: Path | None) -> dict:
     env = dict(os.environ)
     if spark_home is not None:
         env["SPARK_HOME"] = str(spark_home)
-    script = Path(__file__).resolve().parent / "query_startup.py"
-    subprocess.run([sys.executable, str(script), "--rounds", str(rounds), "--results-name", name], env=env, check=True)
-    return json.loads((RESULTS / f"{name}.json").read_text())["summary"]
+    subprocess.run([sys.executable, "-m", "benchmarks.query_startup", "--rounds", str(rounds), "--results-name", name],
+                   env=env, check=True, cwd=Path(__file__).resolve().parents[1])
+    return json.loads((results_folder("query_startup") / f"{name}.json").read_text())["summary"]
 
 
 def main() -> None:
@@ -124,10 +122,10 @@ def main() -> None:
             "bytecode": query_startup(args.rounds, "query_startup_bytecode_zip", mirror),
         }
 
-    command = " ".join([".venv/bin/python benchmarks/pyspark_bytecode.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python -m benchmarks.pyspark_bytecode", *sys.argv[1:]])
 
     kinds = list(startup["shipped"])
-    write_results("pyspark_bytecode", {"command": command, "machine": machine(), "imports_s": imports,
+    write_results("pyspark_bytecode", "pyspark_bytecode", {"command": command, "machine": machine(), "imports_s": imports,
                                        "start_to_first_trigger_s": startup}, [
         "# PySpark's start-up: compiling pyspark.zip in every fresh Python worker", "",
         f"Command: `{command}`", "",

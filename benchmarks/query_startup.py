@@ -20,9 +20,9 @@ median and spread (min-max).
 
 Usage::
 
-    .venv/bin/python benchmarks/query_startup.py [--rounds 5]
+    .venv/bin/python -m benchmarks.query_startup [--rounds 5]
 
-Writes ``benchmarks/results/query_startup.json`` and ``.md``.
+Writes ``benchmarks/results/query_startup/query_startup.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -33,26 +33,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
     RUNNER_MODULE,
     backlog_stream,
-    first_trigger_at,
+    first_trigger_and_total_s,
     installed_spark_home,
     machine,
     median_and_spread,
-    run_available_now,
+    register_trivial_source,
     spark_session,
     spark_worker_path,
     with_spread,
     write_results,
 )
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
-
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 KINDS = ("backlog", "trivial_python", "rate")
 _TIME_IMPORT = f"""
@@ -75,34 +70,6 @@ def source_import_seconds() -> float:
     return float(out.stdout.split()[-1])
 
 
-class _TrivialReader(DataSourceStreamReader):
-    def initialOffset(self):
-        return {"o": 0}
-
-    def latestOffset(self):
-        return {"o": 1}
-
-    def partitions(self, start, end):
-        return [InputPartition(0)]
-
-    def read(self, partition):
-        yield (1,)
-
-
-class TrivialSource(DataSource):
-    """One row, constant offsets: nothing but PySpark's Python streaming source machinery."""
-
-    @classmethod
-    def name(cls):
-        return "trivial_python"
-
-    def schema(self):
-        return "x int"
-
-    def streamReader(self, schema):
-        return _TrivialReader()
-
-
 def timed(spark, kind: str, bootstrap: str) -> dict:
     if kind == "backlog":
         df = backlog_stream(spark, bootstrap, "startup")
@@ -110,8 +77,8 @@ def timed(spark, kind: str, bootstrap: str) -> dict:
         df = spark.readStream.format("trivial_python").load()
     else:
         df = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
-    started, total, query = run_available_now(df)
-    return {"start_to_first_trigger_s": first_trigger_at(query.recentProgress) - started, "total_s": total}
+    first_trigger, total = first_trigger_and_total_s(df)
+    return {"start_to_first_trigger_s": first_trigger, "total_s": total}
 
 
 def main() -> None:
@@ -126,7 +93,7 @@ def main() -> None:
         create_topic(broker.bootstrap_servers, "startup", 8)
         produce(broker.bootstrap_servers, "startup", ((i % 8, None, b"x") for i in range(800)))
         spark = spark_session()
-        spark.dataSource.register(TrivialSource)
+        register_trivial_source(spark)
         for kind in KINDS:
             timed(spark, kind, broker.bootstrap_servers)  # warm-up
         runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
@@ -141,11 +108,11 @@ def main() -> None:
 
     summary = {kind: {key: median_and_spread([r[key] for r in rs]) for key in ("start_to_first_trigger_s", "total_s")}
                for kind, rs in runs.items()}
-    command = " ".join([".venv/bin/python benchmarks/query_startup.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python -m benchmarks.query_startup", *sys.argv[1:]])
 
     spark_home = os.environ.get("SPARK_HOME", "(the installed pyspark package)")
     source_import = median_and_spread(imports)
-    write_results(args.results_name, {"command": command, "machine": machine(), "spark_home": spark_home, "runs": runs,
+    write_results("query_startup", args.results_name, {"command": command, "machine": machine(), "spark_home": spark_home, "runs": runs,
                                       "summary": summary, "source_import_s": imports,
                                       "source_import": source_import}, [
         "# Query start-up", "", f"Command: `{command}`", "",

@@ -12,7 +12,7 @@ One run, one topic on Apache Kafka (single node, `make jvm`), three readers of t
   the same from the query's first trigger, and Spark's ``addBatch`` time alone, so what the
   source's read path costs can be told from what every Python streaming query pays first;
 * ``trivial_python_startup``: ``start()`` -> first trigger of a Python source that reads
-  nothing (``query_startup.TrivialSource``), in the same round: PySpark's share of the
+  nothing (``benchmarks.harness.TrivialSource``), in the same round: PySpark's share of the
   source's start-up, which no data source can avoid.
 
 One warm-up query first (JVM, Python workers), then ``--repeats`` interleaved rounds of the
@@ -21,9 +21,9 @@ ratios of medians taken in the same run.
 
 Usage::
 
-    .venv/bin/python benchmarks/read_throughput.py [--repeats 5] [--records 2000000] [--partitions 4] [--value-size 100]
+    .venv/bin/python -m benchmarks.read_throughput [--repeats 5] [--records 2000000] [--partitions 4] [--value-size 100]
 
-Writes ``benchmarks/results/read_throughput.json`` and ``.md``.
+Writes ``benchmarks/results/read_throughput/read_throughput.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -33,27 +33,21 @@ import json
 import multiprocessing as mp
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    backlog_stream,
+
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
+    first_trigger_and_total_s,
     machine,
     median_and_spread,
-    run_available_now,
+    register_trivial_source,
+    run_source,
     spark_session,
-    first_trigger_at,
     with_spread,
     write_results,
 )
-import query_startup  # noqa: E402
-from pyspark import cloudpickle  # noqa: E402
-from query_startup import TrivialSource  # noqa: E402
-
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 
 def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool, queue) -> None:
@@ -104,24 +98,9 @@ def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, t
     return {"records": records, "seconds": wall, "loop_seconds": max(s for _, s in results), "records_per_s": records / wall}
 
 
-def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str) -> dict:
-    """Drain ``topic`` from earliest with ``Trigger.AvailableNow`` into ``noop``; ``options``
-    are extra source options. Raises RuntimeError unless exactly ``expected`` records arrive."""
-    started, wall, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
-    progress = [json.loads(p.json) for p in query.recentProgress]
-    records = sum(p["numInputRows"] for p in progress)
-    if records != expected:
-        raise RuntimeError(f"the source read {records} records, expected {expected}")
-    from_first_trigger = wall - (first_trigger_at(progress) - started)
-    add_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
-    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(progress),
-            "from_first_trigger_s": from_first_trigger, "records_per_s_from_first_trigger": records / from_first_trigger,
-            "add_batch_s": add_batch, "records_per_s_in_add_batch": records / add_batch}
-
-
 def trivial_startup(spark, bootstrap: str) -> float:
     """Seconds from ``start()`` to the first trigger of a Python source that reads nothing."""
-    return query_startup.timed(spark, "trivial_python", bootstrap)["start_to_first_trigger_s"]
+    return first_trigger_and_total_s(spark.readStream.format("trivial_python").load())[0]
 
 
 def main() -> None:
@@ -144,9 +123,7 @@ def main() -> None:
         ends = {p: per for p in range(args.partitions)}
 
         spark = spark_session()
-        # Spark's Python workers cannot import benchmarks/: ship the trivial source's module by value.
-        cloudpickle.register_pickle_by_value(query_startup)
-        spark.dataSource.register(TrivialSource)
+        register_trivial_source(spark)
         run_source(spark, broker.bootstrap_servers, topic, total)  # warm-up: JVM and Python workers
         trivial_startup(spark, broker.bootstrap_servers)
         results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
@@ -170,7 +147,7 @@ def main() -> None:
                                 "seconds", "from_first_trigger_s", "add_batch_s")}
     trivial = median_and_spread(startups)
     summary = {
-        "command": "python benchmarks/read_throughput.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.read_throughput " + " ".join(sys.argv[1:]),
         "machine": machine(),
         "records": total,
         "partitions": args.partitions,
@@ -187,7 +164,7 @@ def main() -> None:
         "ratio_source_vs_bare_1_librdkafka_defaults": source / rates["bare_1_librdkafka_defaults"]["median"],
     }
     rows = [f"| {name} | {with_spread(r, ',.0f')} |" for name, r in rates.items()]
-    write_results("read_throughput", summary, [
+    write_results("read_throughput", "read_throughput", summary, [
         "# Read throughput", "",
         f"Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
         "Spark's default settings)", "",

@@ -35,10 +35,10 @@ Targets (issue 24): no ``format("kafka")`` configuration better on both drain an
 
 Usage::
 
-    .venv/bin/python benchmarks/restart_after_downtime.py [--runs 3] [--backlog 2000000] [--live-seconds 120]
+    .venv/bin/python -m benchmarks.restart_after_downtime [--runs 3] [--backlog 2000000] [--live-seconds 120]
         [--query noop|stateful]
 
-Writes ``benchmarks/results/restart_after_downtime_<query>.{json,md,png}``.
+Writes ``benchmarks/results/restart_after_downtime/restart_after_downtime_<query>.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -49,30 +49,31 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    RESULTS,
+from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
+    BATCH_TIMELINE_XLABEL,
     ProgressLog,
     batch_ends,
+    commit_time_reaching,
+    draw_batch_timeline,
     log_end_offsets,
     machine,
     median_and_spread,
     percentile,
+    results_folder,
+    rotated,
     spark_session,
     start_producer,
     timed_latencies,
     timestamp_s,
     wait_until,
+    windows,
     with_spread,
     write_results,
 )
-from mode_switch import commit_time_reaching, rotated  # noqa: E402
-
-from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 PARTITIONS = 8
 HISTORY = 1_000
@@ -293,7 +294,7 @@ def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
 
 def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
     name = f"restart_after_downtime_{args.query}"
-    command = "python benchmarks/restart_after_downtime.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.restart_after_downtime " + " ".join(sys.argv[1:])
     summaries = {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
                  for n, rs in runs.items()}
     compared = compare(summaries, runs) if "backlog-adaptive" in runs and any(n.startswith("kafka-") for n in runs) else None
@@ -333,7 +334,7 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
                   f"**{c['p99_vs_best_kafka']:.2f}x** (target <= 1.1x; per round "
                   f"{', '.join(f'{r:.2f}x' for r in c['per_round_p99_vs_best'])})",
                   f"- `format(\"kafka\")` configurations better on both: {', '.join(c['kafka_better_on_both']) or 'none'}"]
-    write_results(name, summary, lines)
+    write_results("restart_after_downtime", name, summary, lines)
     plot(runs, name)
 
 
@@ -346,17 +347,10 @@ def plot(runs: dict[str, list[dict]], name: str) -> None:
 
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.9 * len(runs)), sharex=True, squeeze=False)
     for row, (config, results) in enumerate(runs.items()):
-        ax, first = axes[row, 0], results[0]
-        batches = first["batch_timeline"]
-        ax.bar([b["start"] for b in batches], [b["records"] for b in batches],
-               width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
-        ax.axvline(first["drain_s"], color="black", linestyle="--", linewidth=1)
-        ax.set_yscale("log")
-        ax.set_title(f"{config}: drained {first['drain_s']:.1f} s, live p99 {first['latency_p99_s']:.2f} s", fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[-1, 0].set_xlabel("seconds since start (bars: batches, width = duration; dashed: backlog drained)", fontsize=8)
+        draw_batch_timeline(axes[row, 0], results[0], config)
+    axes[-1, 0].set_xlabel(BATCH_TIMELINE_XLABEL, fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=90)
+    fig.savefig(results_folder("restart_after_downtime") / f"{name}.png", dpi=90)
 
 
 def main() -> None:

@@ -27,9 +27,9 @@ round; medians with the spread (min-max) over every switch, every run in the JSO
 
 Usage::
 
-    .venv/bin/python benchmarks/slow_sink_switch.py [--runs 3] [--sink-seconds 8]
+    .venv/bin/python -m benchmarks.slow_sink_switch [--runs 3] [--sink-seconds 8]
 
-Writes ``benchmarks/results/slow_sink_switch.{json,md}``.
+Writes ``benchmarks/results/slow_sink_switch/slow_sink_switch.{json,md}``.
 """
 
 from __future__ import annotations
@@ -40,15 +40,20 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median_and_spread, spark_session, wait_until, with_spread, write_results  # noqa: E402
-from mode_switch import rotated, warm_up  # noqa: E402
-
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
+    machine,
+    median_and_spread,
+    rotated,
+    spark_session,
+    wait_until,
+    warm_up,
+    with_spread,
+    write_results,
+)
 
 PARTITIONS = 4
 METHODS = ("in-place", "restart")
@@ -159,7 +164,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def report(results: dict[str, list[dict]], args) -> None:
-    command = "python benchmarks/slow_sink_switch.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.slow_sink_switch " + " ".join(sys.argv[1:])
     summaries = {method: summarise(runs) for method, runs in results.items()}
     lines = [
         "# A slow sink and the mode switch: in place vs. restart", "",
@@ -181,7 +186,7 @@ def report(results: dict[str, list[dict]], args) -> None:
     for method, s in summaries.items():
         lines.append(f"| {method} | {s['replayed_batches']} ({s['runs_with_replays']} of {s['runs']}) | "
                      f"{s['runs_exactly_once']} of {s['runs']} |")
-    write_results(args.results_name, {"command": command, "machine": machine(), "args": vars(args),
+    write_results("slow_sink_switch", args.results_name, {"command": command, "machine": machine(), "args": vars(args),
                                       "summaries": summaries, "results": results}, lines)
 
 

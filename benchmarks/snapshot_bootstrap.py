@@ -11,9 +11,9 @@ on fresh checkpoints, reported as median and spread (min-max):
 
 Usage::
 
-    .venv/bin/python benchmarks/snapshot_bootstrap.py [--updates 5000000] [--keys 500000] [--tail 50000] [--repeats 3]
+    .venv/bin/python -m benchmarks.snapshot_bootstrap [--updates 5000000] [--keys 500000] [--tail 50000] [--repeats 3]
 
-Writes ``benchmarks/results/snapshot_bootstrap.json`` and ``.md``. Target: >= 5x faster.
+Writes ``benchmarks/results/snapshot_bootstrap/snapshot_bootstrap.json`` and ``.md``. Target: >= 5x faster.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ import random
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
     backlog_stream,
     machine,
     median_and_spread,
@@ -38,8 +37,6 @@ from common import (  # noqa: E402
     write_results,
 )
 
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 PARTITIONS = 8
 
 
@@ -98,7 +95,7 @@ def main() -> None:
     seconds = {name: median_and_spread([r["seconds"] for r in rs]) for name, rs in runs.items()}
     per_round = [replay["seconds"] / snap["seconds"] for replay, snap in zip(runs["replay"], runs["snapshot"])]
     speedup = seconds["replay"]["median"] / seconds["snapshot"]["median"]
-    command = "python benchmarks/snapshot_bootstrap.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.snapshot_bootstrap " + " ".join(sys.argv[1:])
     summary = {
         "command": command, "machine": machine(),
         "updates": args.updates, "keys": args.keys, "tail": args.tail, "partitions": PARTITIONS,
@@ -106,7 +103,7 @@ def main() -> None:
         "runs": runs, "seconds": seconds, "speedup_of_medians": speedup, "speedup_per_round": per_round,
     }
 
-    write_results("snapshot_bootstrap", summary, [
+    write_results("snapshot_bootstrap", "snapshot_bootstrap", summary, [
         "# Snapshot bootstrap", "",
         f"Command: `{command}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
         "Spark's default settings)", "",

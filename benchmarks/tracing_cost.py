@@ -13,9 +13,9 @@ spans, the readers that cross a boundary export and flush ``backlog.read`` spans
 
 Usage::
 
-    .venv/bin/python benchmarks/tracing_cost.py [--records 2000000] [--partitions 4] [--repeats 6]
+    .venv/bin/python -m benchmarks.tracing_cost [--records 2000000] [--partitions 4] [--repeats 6]
 
-Writes ``benchmarks/results/tracing_cost.json`` and ``.md``. Target: cost <= 3%.
+Writes ``benchmarks/results/tracing_cost/tracing_cost.json`` and ``.md``. Target: cost <= 3%.
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from backlog_source.datasource import set_worker_environment  # noqa: E402
-from backlog_source.testing.apache_kafka import start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
-from backlog_source.testing.otlp_receiver import OtlpReceiver  # noqa: E402
-from read_throughput import run_source  # noqa: E402  (same directory)
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from backlog_source.datasource import set_worker_environment
+from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from backlog_source.testing.otlp_receiver import OtlpReceiver
+from benchmarks.harness import (
+    machine,
+    results_folder,
+    run_source,
+)
 
 
 def drain(spark, bootstrap: str, topic: str, expected: int, per_trigger: int) -> dict:
@@ -98,8 +96,8 @@ def main() -> None:
     cost_median = 1 - median["on"] / median["off"]
     cost_best = 1 - best["on"] / best["off"]
     summary = {
-        "command": "python benchmarks/tracing_cost.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "command": "python -m benchmarks.tracing_cost " + " ".join(sys.argv[1:]),
+        "machine": machine(),
         "records": total,
         "partitions": args.partitions,
         "batches_per_drain": args.batches,
@@ -111,13 +109,12 @@ def main() -> None:
         "spread_off": (max(r["records_per_s"] for r in runs["off"]) - min(r["records_per_s"] for r in runs["off"]))
         / median["off"],
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "tracing_cost.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (results_folder("tracing_cost") / "tracing_cost.json").write_text(json.dumps(summary, indent=2) + "\n")
     rows = "\n".join(
         f"| {s} | {median[s]:,.0f} | {best[s]:,.0f} | {statistics.median(r['spans_received'] for r in runs[s]):.0f} |"
         for s in ("off", "on")
     )
-    (RESULTS / "tracing_cost.md").write_text(
+    (results_folder("tracing_cost") / "tracing_cost.md").write_text(
         f"""# Tracing cost
 
 Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']})

@@ -15,9 +15,9 @@ gives medians with the spread (min-max) and ratios of medians taken in the same 
 
 Usage::
 
-    .venv/bin/python benchmarks/versus_spark_kafka.py [--records 2000000] [--partitions 8] [--rounds 5]
+    .venv/bin/python -m benchmarks.versus_spark_kafka [--records 2000000] [--partitions 8] [--rounds 5]
 
-Writes ``benchmarks/results/versus_spark_kafka_<records>_<partitions>p.json`` and ``.md``.
+Writes ``benchmarks/results/versus_spark_kafka/versus_spark_kafka_<records>_<partitions>p.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -26,24 +26,20 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+from backlog_source.testing.broker import create_topic, produce
+from benchmarks.harness import (
     first_trigger_at,
     machine,
     median_and_spread,
+    rotated,
     run_available_now,
     spark_session,
     with_spread,
     write_results,
 )
-from mode_switch import rotated  # noqa: E402
-
-from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka  # noqa: E402
-from backlog_source.testing.broker import create_topic, produce  # noqa: E402
 
 SOURCES = ["kafka", "backlog"]
 
@@ -103,7 +99,7 @@ def main() -> None:
                    / figures["kafka"]["records_per_s_from_first_trigger"]["median"])
     per_round = [b["records_per_s"] / k["records_per_s"] for b, k in zip(runs["backlog"], runs["kafka"])]
     name = f"versus_spark_kafka_{args.records // 1_000_000}m_{args.partitions}p"
-    summary = {"command": "python benchmarks/versus_spark_kafka.py " + " ".join(sys.argv[1:]), "machine": machine(),
+    summary = {"command": "python -m benchmarks.versus_spark_kafka " + " ".join(sys.argv[1:]), "machine": machine(),
                "kafka": kafka_version(), "spark": spark_version, "records": total, "partitions": args.partitions,
                "value_size": args.value_size, "rounds": args.rounds, "runs": runs, "figures": figures,
                "ratio_backlog_vs_kafka_from_start": ratio, "ratio_backlog_vs_kafka_from_first_trigger": ratio_first,
@@ -112,7 +108,7 @@ def main() -> None:
             f"{with_spread(figures[s]['seconds'], '.2f')} | {with_spread(figures[s]['from_first_trigger_s'], '.2f')} | "
             f"{with_spread(figures[s]['records_per_s_from_first_trigger'], ',.0f')} | "
             f"{with_spread(figures[s]['add_batch_s'], '.2f')} |" for s in SOURCES]
-    write_results(name, summary, [
+    write_results("versus_spark_kafka", name, summary, [
         f"# Read throughput against format(\"kafka\"): {total:,} records, {args.partitions} partitions", "",
         f"Command: `{summary['command']}` ({summary['machine']['cpus']} cores; Apache Kafka {summary['kafka']}, "
         f"Spark {spark_version}, Spark's default settings, `Trigger.AvailableNow` into `noop`, no read limit)", "",

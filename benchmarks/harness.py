@@ -1,4 +1,4 @@
-"""What the benchmarks share: a Spark session as a user gets it, a listener that keeps every
+"""The benchmarks' one harness: what every benchmark shares: a Spark session as a user gets it, a listener that keeps every
 progress event, a live producer in its own process that reports what it produced, and
 end-to-end latency from those two.
 
@@ -25,7 +25,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from backlog_source.testing.broker import create_topic, produce
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -261,10 +264,20 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
 
-def write_results(name: str, summary: dict, markdown: list[str]) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (RESULTS / f"{name}.md").write_text("\n".join(markdown) + "\n")
+def results_folder(benchmark: str) -> Path:
+    """Where ``benchmark`` (its module name, e.g. ``"query_startup"``) keeps its results:
+    one folder per benchmark, one ``<run name>.{json,md,png}`` per recorded run."""
+    folder = RESULTS / benchmark
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_results(benchmark: str, name: str, summary: dict, markdown: list[str]) -> None:
+    """Record a run of ``benchmark`` as ``results/<benchmark>/<name>.json`` and ``.md``,
+    and print the Markdown."""
+    folder = results_folder(benchmark)
+    (folder / f"{name}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (folder / f"{name}.md").write_text("\n".join(markdown) + "\n")
     print("\n".join(markdown))
 
 
@@ -280,3 +293,120 @@ def with_spread(figure: dict, spec: str = ".2f") -> str:
     if figure["min"] == figure["max"]:
         return format(figure["median"], spec)
     return f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-{format(figure['max'], spec)})"
+
+# ------------------------------------------------------------------ rounds and warm-up
+
+
+def rotated(names: list[str], round_index: int) -> list[str]:
+    """The configurations in the order of round ``round_index``: each round starts one
+    further along, so no configuration always runs first after the warm-up or after the
+    previous scenario. With a fixed order, the configuration that always ran first had the
+    slowest steady drain in both runs, and an order effect could not be told from its own."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+#: The warm-up query's topic: as wide as the benchmarks' own.
+WARM_UP_PARTITIONS = 8
+
+
+def warm_up(spark, bootstrap: str) -> None:
+    """One small query first, so no configuration pays the JVM's and the Python workers'
+    cold start (the first query of a session was measured ~5 s slower)."""
+    topic = f"bench-warm-up-{time.time_ns()}"
+    create_topic(bootstrap, topic, WARM_UP_PARTITIONS)
+    produce(bootstrap, topic, ((i % WARM_UP_PARTITIONS, None, b"w" * 100) for i in range(200_000)))
+    with tempfile.TemporaryDirectory() as checkpoint:
+        (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+         .option("startingOffsets", "earliest").load().writeStream.format("noop").trigger(availableNow=True)
+         .option("checkpointLocation", checkpoint).start().awaitTermination())
+
+
+# ------------------------------------------------------------------ measuring a run
+
+
+def commit_time_reaching(progress: list[dict], topic: str, ends: dict[int, int]) -> float | None:
+    """When the first batch whose end positions reach ``ends`` committed (wall-clock s)."""
+    for batch in batch_ends(progress):
+        if all(batch["positions"].get((topic, p), -1) >= end for p, end in ends.items()):
+            return batch["committed"]
+    return None
+
+
+def first_trigger_and_total_s(df) -> tuple[float, float]:
+    """Run ``df`` with ``Trigger.AvailableNow`` into ``noop``: seconds from ``start()`` to its
+    first trigger, and to its end."""
+    started, total, query = run_available_now(df)
+    return first_trigger_at(query.recentProgress) - started, total
+
+
+def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str) -> dict:
+    """Drain ``topic`` from earliest with ``Trigger.AvailableNow`` into ``noop``; ``options``
+    are extra source options. Raises RuntimeError unless exactly ``expected`` records arrive."""
+    started, wall, query = run_available_now(backlog_stream(spark, bootstrap, topic, **options))
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    records = sum(p["numInputRows"] for p in progress)
+    if records != expected:
+        raise RuntimeError(f"the source read {records} records, expected {expected}")
+    from_first_trigger = wall - (first_trigger_at(progress) - started)
+    add_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(progress),
+            "from_first_trigger_s": from_first_trigger, "records_per_s_from_first_trigger": records / from_first_trigger,
+            "add_batch_s": add_batch, "records_per_s_in_add_batch": records / add_batch}
+
+
+# ------------------------------------------------------------------ pictures
+
+#: The x-axis label of :func:`draw_batch_timeline`.
+BATCH_TIMELINE_XLABEL = "seconds since start (bars: batches, width = duration; dashed: backlog drained)"
+
+
+def draw_batch_timeline(ax, run: dict, title: str) -> None:
+    """A run's batches on the matplotlib axes ``ax``: records per batch over time (a bar's
+    width is the batch's duration, log scale), and the backlog drained (dashed). ``run``
+    holds ``batch_timeline`` (``start``, ``records``, ``seconds`` per batch) and ``drain_s``."""
+    batches = run["batch_timeline"]
+    ax.bar([b["start"] for b in batches], [b["records"] for b in batches],
+           width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
+    ax.axvline(run["drain_s"], color="black", linestyle="--", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_title(f"{title}: drained {run['drain_s']:.1f} s, live p99 {run['latency_p99_s']:.2f} s", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+# ------------------------------------------------------------------ a trivial Python source
+
+
+class _TrivialReader(DataSourceStreamReader):
+    def initialOffset(self):
+        return {"o": 0}
+
+    def latestOffset(self):
+        return {"o": 1}
+
+    def partitions(self, start, end):
+        return [InputPartition(0)]
+
+    def read(self, partition):
+        yield (1,)
+
+
+class TrivialSource(DataSource):
+    """One row, constant offsets: nothing but PySpark's Python streaming source machinery."""
+
+    @classmethod
+    def name(cls):
+        return "trivial_python"
+
+    def schema(self):
+        return "x int"
+
+    def streamReader(self, schema):
+        return _TrivialReader()
+
+
+def register_trivial_source(spark) -> None:
+    """Register :class:`TrivialSource` as ``trivial_python``. Spark's Python workers need not
+    find this package, so its module is pickled by value."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(TrivialSource)
