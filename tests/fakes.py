@@ -3,6 +3,7 @@ control topic, a clock, and Spark's query/writer objects for the mode-switch con
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -10,8 +11,10 @@ from types import SimpleNamespace
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ModeSwitchError
 from backlog_source.enumerator.kafka_offsets import TopicIdentity
 from backlog_source.events.channel import ControlMessages
+from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.switchers import SwitchMethod
 
 
@@ -81,13 +84,21 @@ class FakeOffsetsClient:
 
 
 class FakeClock:
+    """``time.monotonic`` / ``time.time`` and ``time.sleep`` in one: sleeping advances the
+    clock at once and is recorded in ``slept``."""
+
     def __init__(self, now: float = 1_000.0) -> None:
         self.now = now
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
         self.now += seconds
 
 
@@ -99,7 +110,6 @@ class FakeControlTopic:
         self.values: list[bytes | None] = []
         self.reads = 0
         self.opened = 0
-        self.closed = False
 
     def open(self) -> int:
         self.opened += 1
@@ -111,9 +121,6 @@ class FakeControlTopic:
     def read_from(self, position: int) -> ControlMessages:
         self.reads += 1
         return ControlMessages(list(self.values[position:]), max(position, len(self.values)))
-
-    def close(self) -> None:
-        self.closed = True
 
 
 # -- a consumer: scripted confluent Messages ----------------------------------------------
@@ -264,11 +271,13 @@ class FakeWriter:
         self.started: list[FakeQuery] = []
         self._interval_ms: int | None = None
 
-    def trigger(self, processingTime: str) -> "FakeWriter":
+    def trigger(self, *, processingTime: str | None = None, once=None, continuous=None, availableNow=None,
+                realTime=None) -> "FakeWriter":
+        assert processingTime is not None, "backlog-aware queries use processing-time triggers only"
         self._interval_ms = int(processingTime.split()[0])
         return self
 
-    def start(self) -> FakeQuery:
+    def start(self, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **options) -> FakeQuery:
         query = FakeQuery(self._spark, self._interval_ms)
         self.started.append(query)
         return query
@@ -290,3 +299,224 @@ class FakeInPlaceSwitcher:
         self.applied.append(interval_ms)
         self.query.interval_ms = interval_ms
         return self.query
+
+
+# -- Kafka's AdminClient: scripted answers -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slow:
+    """A script entry that uses up the whole timeout it is given before it fails or answers,
+    as a request to a broker that does not answer does (other entries take no time)."""
+
+    entry: object
+
+
+class FakeAdmin:
+    """Answers ``list_offsets`` / ``describe_topics`` / ``create_topics`` from ``script``: each
+    request takes the next entry, an exception to raise or a callable building the answer,
+    maybe wrapped in :class:`Slow`."""
+
+    def __init__(self, script, clock=None, cost_s: float = 0.0):
+        self.script = list(script)
+        self.requests: list[tuple[str, float]] = []  # (what, timeout the client allowed)
+        self.clock = clock
+        self.cost_s = cost_s
+        self.config: dict | None = None
+
+    def __call__(self, config):
+        self.config = config
+        return self
+
+    def _next(self, what: str, timeout: float, *args):
+        self.requests.append((what, timeout))
+        if self.clock is not None:
+            self.clock.now += self.cost_s
+        entry = self.script.pop(0)
+        if isinstance(entry, Slow):
+            self.clock.now += timeout
+            entry = entry.entry
+        if isinstance(entry, BaseException):
+            raise entry
+        return entry(*args)
+
+    def list_offsets(self, topic_partition_offsets, isolation_level, request_timeout):
+        return self._next("list_offsets", request_timeout, topic_partition_offsets)
+
+    def describe_topics(self, topics, request_timeout):
+        return self._next("describe_topics", request_timeout, topics)
+
+    def list_topics(self, timeout):
+        return self._next("list_topics", timeout)
+
+    def create_topics(self, new_topics, request_timeout):
+        return self._next("create_topics", request_timeout, new_topics)
+
+    def poll(self, timeout):
+        return 0
+
+
+# -- the control topic's reader ----------------------------------------------------------
+
+
+class RecordingControlReader:
+    """The control-topic reader (``events.channel.ControlTopicReader``) over a list of
+    message values; records each position it was asked to read from."""
+
+    def __init__(self, values=()):
+        self.values = list(values)
+        self.reads: list[int] = []
+
+    def read_from(self, position):
+        self.reads.append(position)
+        return ControlMessages(self.values[position:], max(position, len(self.values)))
+
+
+# -- the mode switch: the JVM seen through py4j, a policy, a receiver ---------------------
+
+EXECUTOR = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+
+
+class JavaField:
+    def __init__(self, value, refuse=False, drift=0, kind="long", final_refused=False):
+        self.value, self.refuse, self.drift, self.kind = value, refuse, drift, kind
+        self.final_refused = final_refused  # a JVM that enforces JEP 500: writes to final fields refused
+
+    def setAccessible(self, flag):
+        if self.refuse:
+            raise RuntimeError("java.lang.reflect.InaccessibleObjectException: module does not open")
+
+    def getType(self):
+        return SimpleNamespace(getName=lambda: self.kind)
+
+    def getLong(self, obj):
+        return self.value
+
+    def setLong(self, obj, value):
+        if self.final_refused:
+            raise RuntimeError("java.lang.IllegalAccessException: Can not set final long field "
+                               "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor.intervalMs")
+        self.value = value + self.drift
+
+
+class JavaClass:
+    def __init__(self, name, field=None):
+        self.name, self.field = name, field
+
+    def getName(self):
+        return self.name
+
+    def getDeclaredField(self, name):
+        if self.field is None or name != "intervalMs":
+            raise RuntimeError(f"java.lang.NoSuchFieldException: {name}")
+        return self.field
+
+
+class JavaStreamExecution:
+    """``query._jsq.streamingQuery()``: its class (whose loader knows ``loadable`` classes)
+    and ``triggerExecutor()``, which answers from ``executors`` (None: not created yet)."""
+
+    def __init__(self, field, *, loadable=(EXECUTOR,), running=EXECUTOR, executors=None, active=True):
+        self.field, self.loadable, self.active = field, loadable, active
+        executor = SimpleNamespace(getClass=lambda: JavaClass(running, field))
+        self.executors = list(executors) if executors is not None else [executor]
+        self.executor = executor
+        self.asked = 0
+
+    def getClass(self):
+        def load(name):
+            if name not in self.loadable:
+                raise RuntimeError(f"java.lang.ClassNotFoundException: {name}")
+            return JavaClass(name, self.field)
+
+        return SimpleNamespace(
+            getName=lambda: "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+            getPackage=lambda: SimpleNamespace(getName=lambda: "org.apache.spark.sql.execution.streaming.runtime"),
+            getClassLoader=lambda: SimpleNamespace(loadClass=load))
+
+    def triggerExecutor(self):
+        self.asked += 1
+        answer = self.executors.pop(0) if len(self.executors) > 1 else self.executors[0]
+        return None if answer is None else self.executor
+
+    def isActive(self):
+        return self.active
+
+
+def java_query(execution):
+    return SimpleNamespace(_jsq=SimpleNamespace(streamingQuery=lambda: execution))
+
+
+class BackToBackQuery:
+    """A query whose trigger is never seen idle (a ``0 seconds`` interval) and whose batch
+    ``7`` commits after ``commits_after`` status checks."""
+
+    def __init__(self, commits_after: int | None):
+        self.commits_after = commits_after
+        self.checks = 0
+        self.stopped = False
+
+    @property
+    def status(self):
+        self.checks += 1
+        return {"isTriggerActive": True}
+
+    @property
+    def lastProgress(self):
+        committed = self.commits_after is not None and self.checks > self.commits_after
+        return {"batchId": 8 if committed else 7}
+
+    def stop(self):
+        self.stopped = True
+
+
+class ChosenPolicy(SwitchPolicy):
+    """The real policy, except that the in-place switcher it chooses is ``in_place`` (a
+    fake) instead of one prepared on a JVM query; records every switcher it made."""
+
+    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, **policy):
+        super().__init__(**policy)
+        object.__setattr__(self, "made", [])
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "in_place", in_place)
+
+    def choose(self, query, restart):
+        switcher = self.in_place(query) if self.method == "in-place" else restart()
+        self.made.append(switcher)
+        return switcher, "test"
+
+
+class RefusedAttach(FakeInPlaceSwitcher):
+    """An in-place switcher whose running executor fails the checks."""
+
+    def attach(self, interval_ms, *, cancelled=lambda: False):
+        raise ModeSwitchError("the trigger executor is a x.Other, not a ProcessingTimeExecutor")
+
+
+class RecordingReceiver:
+    """A mode-switch listener's receiver that keeps every message."""
+
+    def __init__(self):
+        self.messages = []
+
+    def receive(self, message):
+        self.messages.append(message)
+
+
+# -- recorded progress events -------------------------------------------------------------
+
+
+def source(processing_backlog=None, raw=None, traceparent=None):
+    if raw is not None:
+        return SimpleNamespace(endOffset=raw)
+    offset = {"v": 2, "source_id": "s", "positions": {"t": {"0": 3}},
+              "backlog": {"t": {"0": 5}} if processing_backlog else {}}
+    if traceparent:
+        offset["trace"] = {"traceparent": traceparent, "started_ms": 1}
+    return SimpleNamespace(endOffset=json.dumps(offset))
+
+
+def progress_event(query_id, run_id, batch_id, *sources, at_ms=0):
+    timestamp = f"2027-01-15T08:00:{at_ms // 1000:02d}.{at_ms % 1000:03d}Z"
+    return SimpleNamespace(progress=SimpleNamespace(id=query_id, runId=run_id, batchId=batch_id, timestamp=timestamp,
+                                                    sources=list(sources)))

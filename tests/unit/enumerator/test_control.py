@@ -7,26 +7,14 @@ import logging
 
 from backlog_source.core.settings import parse_options
 from backlog_source.enumerator.control import ControlTopic
-from backlog_source.events.channel import ControlMessages
-from tests.fakes import FakeOffsetsClient
+from tests.fakes import FakeOffsetsClient, RecordingControlReader
 
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "_events"})
 
 
-class RecordingReader:
-    def __init__(self, values=()):
-        self.values = list(values)
-        self.reads: list[int] = []
-
-    def read_from(self, position):
-        self.reads.append(position)
-        return ControlMessages(self.values[position:], max(position, len(self.values)))
-
-
-
 def control_topic(**topics):
     client = FakeOffsetsClient(topics={"a": [(0, 10)], **topics})
-    reader = RecordingReader([b"e0", b"e1"])
+    reader = RecordingControlReader([b"e0", b"e1"])
     return ControlTopic(SETTINGS, client, reader), client, reader
 
 

@@ -4,9 +4,9 @@ import pytest
 
 from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, DataLossError
+from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
 from backlog_source.core.settings import parse_options
-from backlog_source.core.state import SourceOffset
+from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
@@ -257,3 +257,49 @@ def test_by_default_every_poll_asks_kafka_so_process_all_available_sees_new_reco
     assert enumerator.latest_offset(start, ReadBudget()) is start  # found nothing
     client.append("a", 0, 3)  # the clock does not move: only a fresh request can find these
     assert enumerator.latest_offset(offset_codec.decode(offset_codec.encode(start)), ReadBudget()).positions[A0] == 103
+
+
+# ----------------------------------------------------------------- starting from a snapshot
+
+FILES = ("data/s/partition=0/part-0.parquet",)
+
+
+def snapshot_enumerator(partitions, topics, fail_on_data_loss="true"):
+    """a snapshot of topic 'a' with ``partitions`` {partition: (log_offset, rows)}."""
+    snap = Manifest("a", "s", 1, {p: PartitionSnapshot(o, rows, FILES) for p, (o, rows) in partitions.items()})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0",
+                              "snapshot.path": "/snap", "failOnDataLoss": fail_on_data_loss})
+    return Enumerator(settings, FakeOffsetsClient(topics=topics), FakeControlTopic(), clock=FakeClock(),
+                      snapshot_loader=lambda path: (None, path, snap))
+
+
+def test_snapshot_buckets_start_at_their_log_offset_and_snapshot_only_ones_are_backlog():
+    e = snapshot_enumerator({0: (100, 40), 1: (50, 10)}, {"a": [(0, 120), (0, 50)]})
+    start = e.initial_offset()
+    assert start.positions == {A0: 100, A1: 50}
+    assert start.backlog == {A0: 120, A1: 50}  # a-1: nothing after its snapshot; its snapshot is its backlog
+    assert start.snapshot.pending == {A0: FILES, A1: FILES} and start.snapshot.root == "/snap"
+
+
+def test_the_first_batch_reads_the_snapshot_even_with_nothing_new_in_the_log():
+    e = snapshot_enumerator({0: (100, 40)}, {"a": [(0, 100)]})
+    start = e.initial_offset()
+    end = e.latest_offset(start, ReadBudget())
+    assert end != start and end.snapshot.pending == {} and end.positions == start.positions
+    # The batch that reads the snapshot carries the bucket to its boundary (the snapshot's
+    # log offset); before it, the position alone did not count as having reached it.
+    assert start.backlog == {A0: 100} and end.finishing == {A0: 100} and not end.processing_backlog
+
+
+def test_a_log_offset_below_the_earliest_is_data_loss_unless_allowed():
+    with pytest.raises(DataLossError, match=r"continues a-0 at offset 10, but its earliest available offset is 30"):
+        snapshot_enumerator({0: (10, 5)}, {"a": [(30, 90)]}).initial_offset()
+    assert snapshot_enumerator({0: (10, 5)}, {"a": [(30, 90)]}, "false").initial_offset().positions == {A0: 30}
+
+
+def test_a_log_offset_beyond_the_log_end_and_unknown_partitions_are_errors():
+    with pytest.raises(SnapshotError, match="at offset 500, beyond its log end 90"):
+        snapshot_enumerator({0: (500, 5)}, {"a": [(0, 90)]}).initial_offset()
+    with pytest.raises(SnapshotError, match=r"names partition\(s\) \[3\] that the topic does not have"):
+        snapshot_enumerator({3: (5, 5)}, {"a": [(0, 90)]}).initial_offset()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pickle
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +15,7 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
+from tests.fakes import FakeAdmin, FakeClock, Slow
 
 SECRET = "s3cret-pass"
 KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", secrets={"sasl.password": SECRET})
@@ -35,78 +35,13 @@ def future(value=None, error: BaseException | None = None) -> Future:
     return result
 
 
-@dataclass(frozen=True)
-class Slow:
-    """A script entry that uses up the whole timeout it is given before it fails or answers,
-    as a request to a broker that does not answer does (other entries take no time)."""
-
-    entry: object
-
-
-class FakeAdmin:
-    """Answers ``list_offsets`` / ``describe_topics`` / ``create_topics`` from ``script``: each
-    request takes the next entry, an exception to raise or a callable building the answer,
-    maybe wrapped in :class:`Slow`."""
-
-    def __init__(self, script, clock=None, cost_s: float = 0.0):
-        self.script = list(script)
-        self.requests: list[tuple[str, float]] = []  # (what, timeout the client allowed)
-        self.clock = clock
-        self.cost_s = cost_s
-        self.config: dict | None = None
-
-    def __call__(self, config):
-        self.config = config
-        return self
-
-    def _next(self, what: str, timeout: float, *args):
-        self.requests.append((what, timeout))
-        if self.clock is not None:
-            self.clock.now += self.cost_s
-        entry = self.script.pop(0)
-        if isinstance(entry, Slow):
-            self.clock.now += timeout
-            entry = entry.entry
-        if isinstance(entry, BaseException):
-            raise entry
-        return entry(*args)
-
-    def list_offsets(self, specs, isolation_level, request_timeout):
-        return self._next("list_offsets", request_timeout, specs)
-
-    def describe_topics(self, topics, request_timeout):
-        return self._next("describe_topics", request_timeout, topics)
-
-    def list_topics(self, timeout):
-        return self._next("list_topics", timeout)
-
-    def create_topics(self, topics, request_timeout):
-        return self._next("create_topics", request_timeout, topics)
-
-    def poll(self, timeout):
-        return 0
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 def offsets(values: dict[Bucket, int]):
     """An answer to list_offsets: one resolved future per asked partition."""
     return lambda specs: {tp: future(SimpleNamespace(offset=values[Bucket(tp.topic, tp.partition)])) for tp in specs}
 
 
 def client(script, policy=RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10), cost_s=0.0):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     admin = FakeAdmin(script, clock, cost_s)
     return KafkaOffsetsClient(KAFKA, policy, clock=clock, sleep=clock.sleep, admin_factory=admin), admin, clock
 
@@ -335,7 +270,7 @@ def test_attempts_share_the_deadline_and_each_retry_starts_from_a_fresh_client()
     partition had a new leader seconds later (three Apache Kafka brokers, leader killed): the
     attempts share the deadline, and a failed one drops the admin client (and its cached
     metadata), as Spark's withRetries resets its admin."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     made = []
     admin = FakeAdmin([Slow(failed(KafkaError._TIMED_OUT)), offsets({A0: 7})], clock)
 

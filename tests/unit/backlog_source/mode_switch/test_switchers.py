@@ -1,0 +1,64 @@
+"""The switchers: in place (the JVM seen through fake py4j objects) and by restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from backlog_source.core.errors import ModeSwitchError
+from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher
+from tests.fakes import BackToBackQuery, FakeClock, JavaField, JavaStreamExecution, java_query
+
+
+def test_in_place_is_prepared_without_the_running_executor_then_attached_and_reads_its_writes_back():
+    field = JavaField(0)
+    execution = JavaStreamExecution(field, executors=[None, None, "ready"])
+    switcher, why = SwitchPolicy().choose(java_query(execution), lambda: pytest.fail("no restart"))
+    assert isinstance(switcher, InPlaceSwitcher) and "intervalMs is reachable" in why
+    assert execution.asked == 0  # start() does not wait for the query's plan
+    with pytest.raises(ModeSwitchError, match="not attached"):
+        switcher.switch(1000)
+    clock = FakeClock(0.0)
+    assert switcher.attach(0, clock=clock, sleep=clock.sleep) is True
+    assert execution.asked == 3 and clock.slept == [0.01, 0.01]  # waited for the stream thread to create it
+    switcher.switch(1000)
+    assert field.value == 1000
+
+
+@pytest.mark.parametrize("execution, reason", [
+    (lambda: JavaStreamExecution(JavaField(0), running="org.apache.spark.sql.execution.streaming.runtime.MultiBatchExecutor"),
+     "the trigger executor is a .*MultiBatchExecutor, not a ProcessingTimeExecutor"),
+    (lambda: JavaStreamExecution(JavaField(250)), "holds 250 ms, not the trigger's 0 ms"),
+    (lambda: JavaStreamExecution(JavaField(0, drift=1)), "reads 1 ms after writing 0 ms"),
+    (lambda: JavaStreamExecution(JavaField(0), executors=[None]), "did not appear within 30 s"),
+    (lambda: JavaStreamExecution(JavaField(0, final_refused=True)),
+     "IllegalAccessException: Can not set final long field .*; the JVM refuses to change a final field "
+     "\\(JEP 500\\); to keep switching in place, start the driver JVM with --enable-final-field-mutation=ALL-UNNAMED"),
+])
+def test_the_running_executor_is_checked_when_attaching(execution, reason):
+    clock = FakeClock(0.0)
+    switcher = InPlaceSwitcher.prepare(java_query(execution()))
+    with pytest.raises(ModeSwitchError, match=reason):
+        switcher.attach(0, clock=clock, sleep=clock.sleep)
+
+
+def test_attaching_gives_up_quietly_when_the_query_ends_or_the_handle_stops_first():
+    ended = JavaStreamExecution(JavaField(0), executors=[None], active=False)
+    assert InPlaceSwitcher.prepare(java_query(ended)).attach(0) is False
+    clock = FakeClock(0.0)
+    waiting = JavaStreamExecution(JavaField(0), executors=[None])
+    assert InPlaceSwitcher.prepare(java_query(waiting)).attach(0, cancelled=lambda: clock.now > 1, clock=clock,
+                                                               sleep=clock.sleep) is False
+
+
+@pytest.mark.parametrize("commits_after, waited_s", [(3, 0.03), (None, 5.0)])
+def test_a_restart_under_back_to_back_batches_stops_once_the_running_batch_commits(commits_after, waited_s):
+    clock = FakeClock(0.0)
+    query = BackToBackQuery(commits_after)
+    started = []
+    switcher = RestartSwitcher(query, start=lambda ms: started.append(ms) or "new run", settle_timeout_s=5.0,
+                               clock=clock, sleep=clock.advance)
+    assert switcher.switch(1000) == "new run" and query.stopped and started == [1000]
+    # Stopped when batch 7 committed, not after the whole settle timeout; without a commit,
+    # the timeout still bounds the wait.
+    assert clock.now == pytest.approx(waited_s, abs=0.011)  # one 10 ms check of float drift

@@ -1,0 +1,68 @@
+"""Which buckets a query reads: subscribe, subscribePattern or assign."""
+
+import logging
+
+import pytest
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.settings import parse_options
+from backlog_source.enumerator.subscription import Subscription
+from tests.fakes import FakeOffsetsClient
+
+BASE = {"kafka.bootstrap.servers": "h:1"}
+
+
+def subscription(client, **options):
+    return Subscription(parse_options({**BASE, **options}), client)
+
+
+def test_subscribe_reads_every_partition_of_the_named_topics_only():
+    client = FakeOffsetsClient({"a": [(0, 0)] * 2, "b": [(0, 0)], "c": [(0, 0)]})
+    assert subscription(client, subscribe="a,b").buckets() == {Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)}
+
+
+def test_a_subscribed_topic_that_does_not_exist_yet_is_logged_once_and_read_once_it_appears(caplog):
+    client = FakeOffsetsClient({"a": [(0, 0)]})
+    sub = subscription(client, subscribe="a,later")
+    with caplog.at_level(logging.WARNING):
+        assert sub.buckets() == {Bucket("a", 0)}
+        assert sub.buckets() == {Bucket("a", 0)}
+    assert caplog.text.count("subscribed topic(s) later do not exist yet") == 1
+    client.topics["later"] = [(0, 0)] * 3
+    assert {b for b in sub.buckets() if b.topic == "later"} == {Bucket("later", p) for p in range(3)}
+
+
+def test_a_pattern_matches_whole_topic_names_as_javas_matches_does_and_never_the_control_topic():
+    client = FakeOffsetsClient({"orders": [(0, 0)], "orders-eu": [(0, 0)], "my-orders": [(0, 0)],
+                                "_backlog_events": [(0, 0)]})
+    assert subscription(client, subscribePattern="orders.*").buckets() == {Bucket("orders", 0), Bucket("orders-eu", 0)}
+    assert subscription(client, subscribePattern=".*").buckets() == {
+        Bucket("orders", 0), Bucket("orders-eu", 0), Bucket("my-orders", 0)}
+
+
+def test_a_new_topic_matching_the_pattern_is_read_from_the_next_call():
+    client = FakeOffsetsClient({"orders": [(0, 0)]})
+    sub = subscription(client, subscribePattern="orders.*")
+    assert sub.buckets() == {Bucket("orders", 0)}
+    client.topics["orders-new"] = [(0, 0)] * 2
+    assert sub.buckets() == {Bucket("orders", 0), Bucket("orders-new", 0), Bucket("orders-new", 1)}
+
+
+def test_assign_is_fixed_and_asks_kafka_nothing():
+    client = FakeOffsetsClient({"a": [(0, 0)] * 4})
+    sub = subscription(client, assign='{"a": [0, 2]}')
+    assert sub.buckets() == {Bucket("a", 0), Bucket("a", 2)} and client.calls == []
+
+
+def test_assigned_partitions_that_do_not_exist_are_a_clear_error():
+    client = FakeOffsetsClient({"a": [(0, 0)] * 2})
+    subscription(client, assign='{"a": [0, 1]}').check_assigned_exist()
+    with pytest.raises(ConfigError, match="option 'assign' names partition\\(s\\) that do not exist: a-2, b-0"):
+        subscription(client, assign='{"a": [1, 2], "b": [0]}').check_assigned_exist()
+
+
+def test_check_assigned_exist_does_nothing_for_a_subscription():
+    client = FakeOffsetsClient({"a": [(0, 0)]})
+    subscription(client, subscribe="a").check_assigned_exist()
+    assert client.calls == []

@@ -1,0 +1,61 @@
+"""Kafka records to Arrow, as Spark's Kafka source builds its rows (KafkaRecordToRowConverter)."""
+
+import datetime as dt
+
+import pytest
+
+from backlog_source.core.errors import MalformedRecordError
+from backlog_source.core.schema import arrow_schema
+from backlog_source.reader.arrow import to_record_batch
+from tests.fakes import Msg
+
+UTC = dt.timezone.utc
+
+
+def test_columns_follow_the_output_schema_with_and_without_headers():
+    messages = [Msg(7, key=b"k", value=b"v", ts=(1, 1_700_000_000_123), partition=3, topic="orders")]
+    assert to_record_batch(messages, "orders", 3, False).schema == arrow_schema(False)
+    batch = to_record_batch(messages, "orders", 3, True)
+    assert batch.schema == arrow_schema(True)
+    assert batch.to_pylist() == [{
+        "key": b"k", "value": b"v", "topic": "orders", "partition": 3, "offset": 7,
+        "timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC), "timestampType": 0, "headers": None,
+    }]
+
+
+def test_null_keys_and_values_stay_null():
+    rows = to_record_batch([Msg(0, key=None, value=None)], "t", 0, False).to_pylist()
+    assert rows[0]["key"] is None and rows[0]["value"] is None
+
+
+@pytest.mark.parametrize("librdkafka_type, spark_type", [(0, -1), (1, 0), (2, 1)])
+def test_timestamp_types_are_kafkas_ids_as_spark_reports_them(librdkafka_type, spark_type):
+    # librdkafka: NOT_AVAILABLE 0, CREATE_TIME 1, LOG_APPEND_TIME 2; Kafka/Spark: -1, 0, 1.
+    rows = to_record_batch([Msg(0, ts=(librdkafka_type, 5))], "t", 0, False).to_pylist()
+    assert rows[0]["timestampType"] == spark_type
+
+
+def test_headers_keep_their_order_duplicates_and_null_values():
+    headers = [("a", b"1"), ("a", b"2"), ("b", None)]
+    rows = to_record_batch([Msg(0, headers=headers), Msg(1, headers=[])], "t", 0, True).to_pylist()
+    assert rows[0]["headers"] == [{"key": "a", "value": b"1"}, {"key": "a", "value": b"2"}, {"key": "b", "value": None}]
+    assert rows[1]["headers"] is None  # no headers at all: NULL, as Spark gives
+
+
+def test_records_of_several_buckets_take_topic_and_partition_from_each_record():
+    messages = [Msg(0, topic="a", partition=1), Msg(5, topic="b", partition=0)]
+    rows = to_record_batch(messages, None, None, False).to_pylist()
+    assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == [("a", 1, 0), ("b", 0, 5)]
+
+
+def test_a_timestamp_beyond_what_spark_holds_names_the_record():
+    messages = [Msg(0, ts=(1, 5)), Msg(1, ts=(1, 2**62), partition=2, topic="clicks")]
+    with pytest.raises(MalformedRecordError, match="record at offset 1 of topic clicks, partition 2 has timestamp "
+                                                   f"{2**62} ms, beyond what a Spark timestamp holds"):
+        to_record_batch(messages, None, None, False)
+
+
+def test_the_largest_millisecond_timestamp_spark_holds_is_kept():
+    largest_ms = (2**63 - 1) // 1000
+    rows = to_record_batch([Msg(0, ts=(1, largest_ms)), Msg(1, ts=(1, -largest_ms))], "t", 0, False)
+    assert rows.column("timestamp").cast("int64").to_pylist() == [largest_ms * 1000, -largest_ms * 1000]
