@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from bisect import bisect_right
+from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,33 @@ def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str)
     return {"records": records, "seconds": wall, "records_per_s": records / wall, "batches": len(progress),
             "from_first_trigger_s": from_first_trigger, "records_per_s_from_first_trigger": records / from_first_trigger,
             "add_batch_s": add_batch, "records_per_s_in_add_batch": records / add_batch}
+
+
+# ------------------------------------------------------------------ live traffic into a caught-up query
+
+
+def produce_and_catch_up(query, broker, topic: str, partitions: int, rate: float, seconds: float) -> list:
+    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, wait until ``query``
+    has committed all of them; returns what the producer delivered."""
+    producer, out = start_producer(broker.bootstrap_servers, topic, partitions, rate, seconds)
+    delivered = out.get(timeout=seconds + 120)
+    producer.join(30)
+    ends: dict[int, int] = defaultdict(int)
+    for partition, offset, _ in delivered:
+        ends[partition] = max(ends[partition], offset + 1)
+    wait_until(lambda: caught_up(query, topic, ends), 300, f"{topic}: the query did not catch up")
+    return delivered
+
+
+def caught_up(query, topic: str, ends: dict[int, int]) -> bool:
+    """Whether ``query``'s last batch ended at or past ``ends`` (partition -> offset) of
+    ``topic``; the offset is this source's (``positions``) or Spark's Kafka source's."""
+    progress = query.lastProgress
+    if not progress:
+        return False
+    offset = offset_of(progress["sources"][0]["endOffset"])
+    positions = offset.get("positions", offset).get(topic, {})
+    return all(positions.get(str(p), -1) >= end for p, end in ends.items())
 
 
 # ------------------------------------------------------------------ pictures

@@ -43,6 +43,7 @@ from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ran
 from backlog_source.testing.broker import create_topic, produce
 from backlog_source.testing.kafka_proxy import counting_broker
 from benchmarks.harness import (
+    produce_and_catch_up,
     ProgressLog,
     fmt,
     log_end_offsets,
@@ -72,27 +73,6 @@ def start_query(spark, bootstrap: str, topic: str, trigger: str, checkpoint: str
           .option("subscribe", topic).option("startingOffsets", "latest").load())
     return (df.writeStream.format("noop").trigger(processingTime=trigger)
             .option("checkpointLocation", checkpoint).start())
-
-
-def produce_and_catch_up(query, broker, topic: str, partitions: int, rate: float, seconds: float) -> list:
-    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, wait until ``query``
-    has committed all of them; returns what the producer delivered."""
-    producer, out = start_producer(broker.bootstrap_servers, topic, partitions, rate, seconds)
-    delivered = out.get(timeout=seconds + 120)
-    producer.join(30)
-    ends: dict[int, int] = defaultdict(int)
-    for partition, offset, _ in delivered:
-        ends[partition] = max(ends[partition], offset + 1)
-    wait_until(lambda: caught_up(query, topic, ends), 300, f"{topic}: the query did not catch up")
-    return delivered
-
-
-def caught_up(query, topic: str, ends: dict[int, int]) -> bool:
-    progress = query.lastProgress
-    if not progress:
-        return False
-    positions = offset_of(progress["sources"][0]["endOffset"])["positions"].get(topic, {})
-    return all(positions.get(str(p), -1) >= end for p, end in ends.items())
 
 
 def run_trigger(spark, log: ProgressLog, broker, proxy, trigger: str, args, timings_dir: Path) -> dict:
