@@ -3,7 +3,8 @@ batch time and the driver's idle Kafka requests, at the same triggers, on the sa
 
 What a user choosing between the two sees once the backlog is gone. After a warm-up query
 of each source, every round runs each configuration (source x trigger, ``0 seconds`` and
-``250 milliseconds`` by default) in rotated order, each on a fresh 8-partition topic: the
+``250 milliseconds`` by default) in rotated order, each on a fresh topic of ``--partitions``
+(8 by default; 1,024 with ``--rate 1500 --triggers "1 second"`` is the wide-topic case): the
 query starts at ``latest`` into ``noop``; first ``IDLE_SECONDS`` with nothing to read (the
 driver's Kafka requests are counted by a proxy in front of the broker: this source's admin
 and control-topic clients, Spark's ``adminclient-*``), then ``--rate`` records/s for
@@ -14,8 +15,9 @@ the median over rounds with the spread (min-max). Spark's default settings, Apac
 Usage::
 
     .venv/bin/python -m benchmarks.latency_versus_kafka [--runs 3] [--rate 1000] [--seconds 60]
+        [--partitions 8] [--triggers "0 seconds,250 milliseconds"] [--results-name NAME]
 
-Writes ``benchmarks/results/latency_versus_kafka/latency_versus_kafka.{json,md}``.
+Writes ``benchmarks/results/latency_versus_kafka/<results name>.{json,md}``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ from benchmarks.harness import (
     write_results,
 )
 
-PARTITIONS = 8
 IDLE_SECONDS = 10.0
 #: The client ids (prefixes) of each source's driver-side Kafka clients.
 DRIVER_CLIENTS = {"backlog": ("backlog-source-admin", "backlog-source-events-reader"), "kafka": ("adminclient",)}
@@ -59,7 +60,7 @@ def start_query(spark, source: str, bootstrap: str, topic: str, trigger: str, ch
 
 def run(spark, log: ProgressLog, broker, proxy, source: str, trigger: str, args) -> dict:
     topic = f"lvk-{source}-{trigger.replace(' ', '-')}-{time.time_ns()}"
-    create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    create_topic(broker.bootstrap_servers, topic, args.partitions)
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, source, broker.bootstrap_servers, topic, trigger, checkpoint)
         try:
@@ -67,7 +68,7 @@ def run(spark, log: ProgressLog, broker, proxy, source: str, trigger: str, args)
             before = sum(proxy.requests(client) for client in DRIVER_CLIENTS[source])
             time.sleep(IDLE_SECONDS)  # deliberately idle: requests counted over a fixed window
             idle = sum(proxy.requests(client) for client in DRIVER_CLIENTS[source]) - before
-            delivered = produce_and_catch_up(query, broker, topic, PARTITIONS, args.rate, args.seconds)
+            delivered = produce_and_catch_up(query, broker, topic, args.partitions, args.rate, args.seconds)
         finally:
             query.stop()
     progress = [p for p in log.of(query.id) if p["numInputRows"]]
@@ -87,6 +88,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1_000)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--triggers", default="0 seconds,250 milliseconds")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--results-name", default="latency_versus_kafka")
     args = parser.parse_args()
 
     triggers = [t.strip() for t in args.triggers.split(",")]
@@ -98,7 +101,8 @@ def main() -> None:
         spark.streams.addListener(log.listener)
         warm_up(spark, broker.bootstrap_servers)
         for source in ("backlog", "kafka"):  # each source's first query pays its own start-up
-            run(spark, log, broker, proxy, source, triggers[0], argparse.Namespace(rate=args.rate, seconds=5))
+            run(spark, log, broker, proxy, source, triggers[0],
+                argparse.Namespace(rate=args.rate, seconds=5, partitions=args.partitions))
         for round_index in range(args.runs):
             for config in rotated(configs, round_index):
                 source, trigger = config.split(" @ ")
@@ -114,7 +118,7 @@ def report(runs: dict[str, list[dict]], configs: list[str], triggers: list[str],
     lines = [
         "# A caught-up query: format(\"backlog\") against format(\"kafka\")", "",
         f"Command: `{command}`", "",
-        f"Apache Kafka {version}, 8 partitions, {args.rate:,.0f} records/s for {args.seconds:.0f} s into `noop`, "
+        f"Apache Kafka {version}, {args.partitions:,} partitions, {args.rate:,.0f} records/s for {args.seconds:.0f} s into `noop`, "
         f"Spark's defaults, a warm-up query of each source, median (min-max) of {args.runs} rounds in rotated order. "
         f"Idle requests: the driver's Kafka requests per second over {IDLE_SECONDS:.0f} s with nothing to read.", "",
         "| source @ trigger | latency p50 s | latency p99 s | batch p50 s | batch p99 s | idle driver requests/s |",
@@ -132,7 +136,7 @@ def report(runs: dict[str, list[dict]], configs: list[str], triggers: list[str],
                            else None for f in ("latency_p50_s", "latency_p99_s")}
         lines.append(f"At `{trigger}`: backlog / kafka latency p50 {fmt(ratios[trigger]['latency_p50_s'])}x, "
                      f"p99 {fmt(ratios[trigger]['latency_p99_s'])}x (target: within 1.25x; p50 <= 0.35 s, p99 <= 0.8 s).")
-    write_results("latency_versus_kafka", "latency_versus_kafka",
+    write_results("latency_versus_kafka", args.results_name,
                   {"command": command, "machine": machine(), "kafka": version, "args": vars(args),
                    "summaries": summaries, "ratios": ratios, "runs": runs}, lines)
 
