@@ -398,7 +398,7 @@ def draw_batch_timeline(ax, run: dict, title: str) -> None:
            width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
     ax.axvline(run["drain_s"], color="black", linestyle="--", linewidth=1)
     ax.set_yscale("log")
-    ax.set_title(f"{title}: drained {run['drain_s']:.1f} s, live p99 {run['latency_p99_s']:.2f} s", fontsize=8)
+    ax.set_title(f"{title}: drained {run['drain_s']:.1f} s, live p99 {fmt(run['latency_p99_s'])} s", fontsize=8)
     ax.tick_params(labelsize=7)
 
 

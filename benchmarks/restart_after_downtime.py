@@ -59,6 +59,7 @@ from benchmarks.harness import (
     batch_ends,
     commit_time_reaching,
     draw_batch_timeline,
+    fmt,
     log_end_offsets,
     machine,
     median_and_spread,
@@ -245,10 +246,14 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
                             "seconds": p["durationMs"]["triggerExecution"] / 1000,
                             "records": p["numInputRows"]} for p in progress],
     }
+    if not after_drain:
+        # The drain outlasted the live traffic: no record arrived after it (a longer
+        # --live-seconds is needed for this configuration); reported as n/a, not a crash.
+        print(f"{name}: no live record was produced after the drain ended", flush=True)
     if handle is not None:
         result["switches"] = [{"to": t.to_mode, "apply_s": t.apply_seconds} for t in handle.transitions]
     print(f"{name}: drained {result['drain_s']:.1f} s in {result['batches_to_drain']} batches; live p50 "
-          f"{result['latency_p50_s']:.2f} s, p99 {result['latency_p99_s']:.2f} s; largest batch "
+          f"{fmt(result['latency_p50_s'])} s, p99 {fmt(result['latency_p99_s'])} s; largest batch "
           f"{result['largest_batch_records']:,} records in {result['largest_batch_s']:.1f} s; heap peak "
           f"{result['heap_peak_mib']:.0f} MiB, Python {result['python_rss_peak_mib']:.0f} MiB", flush=True)
     return result
@@ -273,22 +278,35 @@ FIGURES = ("drain_s", "latency_p50_s", "latency_p99_s", "largest_batch_records",
 
 
 def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
+    """This source's drain and p99 against the fastest and best ``format("kafka")``
+    configurations. A configuration whose drain outlasted the live traffic has no p99 (no
+    record after its drain): it is left out of the p99 comparison, and a ratio that cannot be
+    taken is None."""
     ours = summaries["backlog-adaptive"]
     kafka = {n: s for n, s in summaries.items() if n.startswith("kafka-")}
+    with_p99 = {n: s for n, s in kafka.items() if s["latency_p99_s"]["median"] is not None}
     fastest = min(kafka, key=lambda n: kafka[n]["drain_s"]["median"])
-    best_p99 = min(kafka, key=lambda n: kafka[n]["latency_p99_s"]["median"])
+    best_p99 = min(with_p99, key=lambda n: with_p99[n]["latency_p99_s"]["median"]) if with_p99 else None
+
+    def ratio(a, b):
+        return None if a is None or b is None else a / b
+
+    def better_on_both(s) -> bool:
+        ours_p99, theirs_p99 = ours["latency_p99_s"]["median"], s["latency_p99_s"]["median"]
+        return (s["drain_s"]["median"] < ours["drain_s"]["median"] and theirs_p99 is not None
+                and (ours_p99 is None or theirs_p99 < ours_p99))
+
     return {
-        "drain_vs_fastest_kafka": ours["drain_s"]["median"] / kafka[fastest]["drain_s"]["median"],
+        "drain_vs_fastest_kafka": ratio(ours["drain_s"]["median"], kafka[fastest]["drain_s"]["median"]),
         "fastest_kafka": fastest,
-        "p99_vs_best_kafka": ours["latency_p99_s"]["median"] / kafka[best_p99]["latency_p99_s"]["median"],
+        "p99_vs_best_kafka": ratio(ours["latency_p99_s"]["median"],
+                                   with_p99[best_p99]["latency_p99_s"]["median"] if best_p99 else None),
         "best_p99_kafka": best_p99,
-        "kafka_better_on_both": [n for n, s in kafka.items()
-                                 if s["drain_s"]["median"] < ours["drain_s"]["median"]
-                                 and s["latency_p99_s"]["median"] < ours["latency_p99_s"]["median"]],
-        "per_round_drain_vs_fastest": [a["drain_s"] / k["drain_s"]
+        "kafka_better_on_both": [n for n, s in kafka.items() if better_on_both(s)],
+        "per_round_drain_vs_fastest": [ratio(a["drain_s"], k["drain_s"])
                                        for a, k in zip(runs["backlog-adaptive"], runs[fastest])],
-        "per_round_p99_vs_best": [a["latency_p99_s"] / k["latency_p99_s"]
-                                  for a, k in zip(runs["backlog-adaptive"], runs[best_p99])],
+        "per_round_p99_vs_best": [ratio(a["latency_p99_s"], k["latency_p99_s"])
+                                  for a, k in zip(runs["backlog-adaptive"], runs[best_p99])] if best_p99 else [],
     }
 
 
@@ -328,11 +346,11 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
         c = compared
         lines += ["",
                   f"- drain / fastest `format(\"kafka\")` drain ({c['fastest_kafka']}): "
-                  f"**{c['drain_vs_fastest_kafka']:.2f}x** (target <= 1.0x; per round "
-                  f"{', '.join(f'{r:.2f}x' for r in c['per_round_drain_vs_fastest'])})",
+                  f"**{fmt(c['drain_vs_fastest_kafka'])}x** (target <= 1.0x; per round "
+                  f"{', '.join(f'{fmt(r)}x' for r in c['per_round_drain_vs_fastest'])})",
                   f"- live p99 / best `format(\"kafka\")` p99 ({c['best_p99_kafka']}): "
-                  f"**{c['p99_vs_best_kafka']:.2f}x** (target <= 1.1x; per round "
-                  f"{', '.join(f'{r:.2f}x' for r in c['per_round_p99_vs_best'])})",
+                  f"**{fmt(c['p99_vs_best_kafka'])}x** (target <= 1.1x; per round "
+                  f"{', '.join(f'{fmt(r)}x' for r in c['per_round_p99_vs_best'])})",
                   f"- `format(\"kafka\")` configurations better on both: {', '.join(c['kafka_better_on_both']) or 'none'}"]
     write_results("restart_after_downtime", name, summary, lines)
     plot(runs, name)
