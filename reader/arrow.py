@@ -1,8 +1,11 @@
 """confluent-kafka messages -> one Arrow record batch in the source's output schema.
 
-Hot path, measured in ``benchmarks/read_throughput.py``: each column is ``map`` of a C method
-of confluent's ``Message`` over the batch (no Python bytecode per message), constant columns
-are built by Arrow, and timestamps are scaled by Arrow compute rather than in Python.
+Hot path, measured in ``benchmarks/read_throughput.py`` and ``benchmarks/versus_spark_kafka.py``:
+each column is ``map`` of a C method of confluent's ``Message`` over the batch (no Python
+bytecode per message); constant columns are built by Arrow. Timestamps come out of one pass
+into a NumPy array (``(type, ms)`` pairs side by side; unzipping the tuples cost more than
+the rest of the column), and a batch of one bucket whose offsets have no gap (no compaction,
+no transaction marker) gets its offset column from its first and last record, as a range.
 
 Values follow Spark's ``KafkaRecordToRowConverter``: ``headers`` is NULL for a record
 without headers, and a timestamp whose microseconds do not fit a Spark timestamp fails the
@@ -11,18 +14,19 @@ read naming the record (Spark's ``KAFKA_MALFORMED_RECORD_TIMESTAMP``) instead of
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import Message
 
 from backlog_source.core.errors import MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 
-# librdkafka timestamp types (the index) -> Kafka's TimestampType ids that Spark reports:
-# NOT_AVAILABLE 0 -> -1, CREATE_TIME 1 -> 0, LOG_APPEND_TIME 2 -> 1. A list, not an array:
-# building an array at import would load pandas into every process that imports this.
-_SPARK_TIMESTAMP_TYPES = [-1, 0, 1]
+# librdkafka's timestamp types are Kafka's TimestampType ids (which Spark reports) plus one:
+# NOT_AVAILABLE 0 -> -1, CREATE_TIME 1 -> 0, LOG_APPEND_TIME 2 -> 1.
+_LIBRDKAFKA_TO_SPARK_TIMESTAMP_TYPE = -1
 _MILLISECONDS = pa.timestamp("ms", tz="UTC")
 _MICROSECONDS = pa.timestamp("us", tz="UTC")
 
@@ -39,13 +43,14 @@ def to_record_batch(messages: Sequence[Message], topic: str | None, partition: i
     Raises :class:`MalformedRecordError` naming the first record whose timestamp overflows.
     """
     count = len(messages)
-    timestamp_types, timestamp_ms = zip(*map(Message.timestamp, messages))
+    # (type, ms) of every record, side by side in one array: [type0, ms0, type1, ms1, ...].
+    stamps = np.fromiter(itertools.chain.from_iterable(map(Message.timestamp, messages)), np.int64, 2 * count)
     # pyarrow.compute is not imported here (pyarrow loads it on the first cast): this module
     # is imported by every process that unpickles the source, including the driver's
     # per-query runner, which never reads (benchmarks/query_startup.py).
     try:
         # A safe cast refuses a millisecond value beyond what microseconds hold.
-        microseconds = pa.array(timestamp_ms, _MILLISECONDS).cast(_MICROSECONDS)
+        microseconds = pa.array(stamps[1::2], _MILLISECONDS).cast(_MICROSECONDS)
     except pa.ArrowInvalid:
         raise _malformed_timestamp(messages) from None
     columns = [
@@ -55,13 +60,22 @@ def to_record_batch(messages: Sequence[Message], topic: str | None, partition: i
         else pa.array(list(map(Message.topic, messages)), pa.string()),
         pa.repeat(pa.scalar(partition, pa.int32()), count) if partition is not None
         else pa.array(list(map(Message.partition, messages)), pa.int32()),
-        pa.array(list(map(Message.offset, messages)), pa.int64()),
+        _offsets(messages, one_bucket=partition is not None),
         microseconds,
-        pa.array(_SPARK_TIMESTAMP_TYPES, pa.int32()).take(pa.array(timestamp_types, pa.int8())),
+        pa.array((stamps[0::2] + _LIBRDKAFKA_TO_SPARK_TIMESTAMP_TYPE).astype(np.int32), pa.int32()),
     ]
     if include_headers:
         columns.append(pa.array(list(map(_headers, map(Message.headers, messages))), _HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
+
+
+def _offsets(messages: Sequence[Message], one_bucket: bool) -> pa.Array:
+    """The offset column. One bucket's records arrive in increasing offset order, so when
+    the last is ``count - 1`` past the first there is no gap and the column is that range."""
+    first, last = messages[0].offset(), messages[-1].offset()
+    if one_bucket and last - first + 1 == len(messages):
+        return pa.array(np.arange(first, last + 1, dtype=np.int64))
+    return pa.array(np.fromiter(map(Message.offset, messages), np.int64, len(messages)))
 
 
 def _headers(headers: list[tuple[str, bytes | None]] | None) -> list[dict] | None:

@@ -284,14 +284,11 @@ def _in_range(messages: list[Message], progress: dict[Bucket, _Progress], one_to
     """Error-free ``messages`` cut to their ranges, and each moved range's position after
     them. A record at or past a range's end ends that range (the records before it were
     all delivered)."""
-    partitions = list(map(Message.partition, messages))
-    topics = itertools.repeat(None) if one_topic else list(map(Message.topic, messages))
     topic_of_all = next(iter(progress)).topic if one_topic else None
     kept: list[Message] = []
     moved: dict[Bucket, int] = {}
     index = 0
-    for (topic, partition), run in itertools.groupby(zip(topics, partitions)):
-        length = sum(1 for _ in run)
+    for topic, partition, length in _runs(messages, one_topic):
         chunk = messages[index:index + length]
         index += length
         bucket = Bucket(topic if topic is not None else topic_of_all, partition)
@@ -311,6 +308,25 @@ def _in_range(messages: list[Message], progress: dict[Bucket, _Progress], one_to
         elif inside:
             moved[bucket] = inside[-1].offset() + 1
     return kept, moved
+
+
+def _runs(messages: list[Message], one_topic: bool) -> list[tuple[str | None, int, int]]:
+    """``(topic, partition, length)`` of each run of consecutive records of one bucket
+    (topic None when the split reads one topic). A fetch returns long runs, often one: the
+    runs are found by C-level list operations, never by Python code per record (counting
+    each run with a generator took as long as building the Arrow columns)."""
+    partitions = list(map(Message.partition, messages))
+    if one_topic:
+        if partitions.count(partitions[0]) == len(partitions):
+            return [(None, partitions[0], len(partitions))]
+        keys = partitions
+    else:
+        keys = list(zip(map(Message.topic, messages), partitions))
+    runs = []
+    for key, run in itertools.groupby(keys):
+        topic, partition = (None, key) if one_topic else key
+        runs.append((topic, partition, len(list(run))))
+    return runs
 
 
 def _vanished(consumer, r: KafkaRange, config: ReaderConfig) -> bool:

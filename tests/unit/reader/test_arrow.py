@@ -59,3 +59,19 @@ def test_the_largest_millisecond_timestamp_spark_holds_is_kept():
     largest_ms = (2**63 - 1) // 1000
     rows = to_record_batch([Msg(0, ts=(1, largest_ms)), Msg(1, ts=(1, -largest_ms))], "t", 0, False)
     assert rows.column("timestamp").cast("int64").to_pylist() == [largest_ms * 1000, -largest_ms * 1000]
+
+
+def test_offsets_of_one_bucket_keep_the_gaps_compaction_and_transactions_leave():
+    messages = [Msg(3), Msg(4), Msg(7), Msg(8)]
+    assert to_record_batch(messages, "t", 0, False).column("offset").to_pylist() == [3, 4, 7, 8]
+
+
+def test_offsets_without_gaps_are_each_records_own():
+    messages = [Msg(offset) for offset in range(10, 15)]
+    assert to_record_batch(messages, "t", 0, False).column("offset").to_pylist() == [10, 11, 12, 13, 14]
+
+
+def test_offsets_of_several_buckets_are_read_per_record_even_when_they_look_contiguous():
+    # 0, 1 of one partition then 2 of another: the range 0..2 would be right by accident only.
+    messages = [Msg(5, partition=0), Msg(6, partition=1), Msg(9, partition=0)]
+    assert to_record_batch(messages, None, None, False).column("offset").to_pylist() == [5, 6, 9]

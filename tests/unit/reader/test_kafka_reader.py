@@ -71,6 +71,14 @@ def test_several_ranges_are_read_by_one_consumer_into_one_batch_per_fetch():
     assert len(batches) == 2
 
 
+def test_runs_of_two_topics_with_the_same_partition_number_stay_apart():
+    consumer = FakeConsumer([[Msg(0, topic="a"), Msg(0, topic="b"), Msg(1, topic="a"), Msg(2, topic="a")],
+                             [Msg(1, topic="b")]])
+    batches = read(split(("a", 0, 0, 2), ("b", 0, 0, 1)), consumer)
+    rows = [(r["topic"], r["offset"]) for b in batches for r in b.to_pylist()]
+    assert rows == [("a", 0), ("b", 0), ("a", 1)]  # a's 2 and b's 1 are past their ends
+
+
 def test_a_split_reads_each_bucket_once():
     with pytest.raises(ValueError, match="a split reads each bucket once"):
         split(("t", 0, 0, 5), ("t", 0, 5, 9))
