@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,16 +35,34 @@ from backlog_source.testing.broker import create_topic, produce
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def spark_session(jars: list | None = None):
+#: The project's package folders (installed under ``backlog_source`` by the build).
+PROJECT_PACKAGES = ("backlog_source", "enumerator", "reader", "events")
+
+
+def compile_project_bytecode() -> None:
+    """Write the project's bytecode, as ``pip install`` of the wheel does. This machine sets
+    ``PYTHONDONTWRITEBYTECODE=1`` and the benchmarks run an editable install, so without
+    this every fresh Python process (each query's driver-side runner, each new executor
+    worker) would compile the project's modules again, which no user's install does."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for package in PROJECT_PACKAGES:
+        compileall.compile_dir(str(root / package), quiet=1)
+
+
+def spark_session(jars: list | None = None, master: str = "local[*]"):
     """A local session with Spark's defaults (2 cores here), the source registered, and
     Python workers running this interpreter. ``jars``: for ``spark.jars`` (Spark's Kafka
-    connector, which a user of ``format("kafka")`` adds too)."""
+    connector, which a user of ``format("kafka")`` adds too); ``master``: only where a mode
+    cannot run on the default (real-time mode needs a task slot per partition)."""
+    compile_project_bytecode()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
 
-    builder = SparkSession.builder.master("local[*]")
+    builder = SparkSession.builder.master(master)
     if jars:
         builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
     spark = builder.getOrCreate()
@@ -359,17 +378,22 @@ def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str)
 # ------------------------------------------------------------------ live traffic into a caught-up query
 
 
-def produce_and_catch_up(query, broker, topic: str, partitions: int, rate: float, seconds: float) -> list:
-    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, wait until ``query``
-    has committed all of them; returns what the producer delivered."""
-    producer, out = start_producer(broker.bootstrap_servers, topic, partitions, rate, seconds)
+def produce_and_catch_up(query, bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
+                         catch_up_s: float = 300) -> tuple[list, bool]:
+    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, then wait up to
+    ``catch_up_s`` for ``query`` to commit all of them. Returns what the producer delivered
+    and whether the query caught up (a query that cannot keep up is a result, not a crash)."""
+    producer, out = start_producer(bootstrap, topic, partitions, rate, seconds)
     delivered = out.get(timeout=seconds + 120)
     producer.join(30)
     ends: dict[int, int] = defaultdict(int)
     for partition, offset, _ in delivered:
         ends[partition] = max(ends[partition], offset + 1)
-    wait_until(lambda: caught_up(query, topic, ends), 300, f"{topic}: the query did not catch up")
-    return delivered
+    try:
+        wait_until(lambda: caught_up(query, topic, ends), catch_up_s, f"{topic}: the query did not catch up")
+    except TimeoutError:
+        return delivered, False
+    return delivered, True
 
 
 def caught_up(query, topic: str, ends: dict[int, int]) -> bool:
@@ -438,3 +462,189 @@ def register_trivial_source(spark) -> None:
     find this package, so its module is pickled by value."""
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(TrivialSource)
+
+
+# ------------------------------------------------------------------ whose cost: CPU per process, Spark's task metrics
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_kind(command: str) -> str:
+    """What a process on this machine is to a benchmark, from its command line."""
+    if "kafka.Kafka" in command:
+        return "broker"
+    if "org.apache.spark" in command:
+        return "spark_jvm"
+    if "pyspark.daemon" in command or "pyspark.worker" in command:
+        return "python_workers"
+    if "pyspark" in command:
+        return "python_driver_side"  # the streaming source's runner, load()'s worker, planners
+    if not command:
+        return "kernel"  # kernel threads: loopback networking, page cache
+    return "other"
+
+
+def cpu_seconds_by_process() -> dict[int, tuple[float, float, str]]:
+    """``pid -> (own CPU seconds, CPU seconds of its ended children, kind)`` of every process
+    now, from /proc (user + system; the children's part grows when a child is reaped)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline") as cmdline:
+                command = cmdline.read().replace("\0", " ").strip()
+        except OSError:
+            continue  # ended meanwhile
+        kind = "benchmark" if int(entry) == os.getpid() else process_kind(command)
+        found[int(entry)] = ((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
+                             (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS, kind)
+    return found
+
+
+#: Whose the CPU of an ended child is, by its parent's kind: Spark's JVM waits for the
+#: driver-side Python processes it starts (a streaming source's runner lives as long as its
+#: query), a worker daemon for its forked workers, this process for its bare loops.
+_ENDED_CHILD_KIND = {"spark_jvm": "python_driver_side", "python_workers": "python_workers", "benchmark": "bare_loops"}
+
+
+class CpuAccount:
+    """CPU seconds each kind of process used between ``__enter__`` and ``__exit__``: who paid
+    for a run (the broker, Spark's JVM, the Python workers, the kernel, bare loops). A process
+    that starts and ends inside the window is counted through its parent once reaped."""
+
+    def __enter__(self) -> "CpuAccount":
+        self._before = cpu_seconds_by_process()
+        self.seconds: dict[str, float] = {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pid, (own, children, kind) in cpu_seconds_by_process().items():
+            own_before, children_before, _ = self._before.get(pid, (0.0, 0.0, kind))
+            self._add(kind, own - own_before)
+            self._add(_ENDED_CHILD_KIND.get(kind, kind), children - children_before)
+
+    def _add(self, kind: str, seconds: float) -> None:
+        if seconds > 0:
+            self.seconds[kind] = round(self.seconds.get(kind, 0.0) + seconds, 2)
+
+
+def stage_ids(spark) -> set[int]:
+    """The ids of the stages Spark's status REST API knows now."""
+    return {s["stageId"] for s in _stages(spark)}
+
+
+def task_metrics_since(spark, known: set[int]) -> dict[str, float]:
+    """Spark's task metrics summed over the stages completed since ``known`` (from
+    :func:`stage_ids`): tasks, run time and the JVM threads' CPU time (seconds), JVM GC."""
+    stages = [s for s in _stages(spark) if s["stageId"] not in known and s["status"] == "COMPLETE"]
+    return {"tasks": sum(s["numTasks"] for s in stages),
+            "task_run_s": sum(s["executorRunTime"] for s in stages) / 1000,
+            "task_jvm_cpu_s": sum(s["executorCpuTime"] for s in stages) / 1e9,
+            "jvm_gc_s": sum(s["jvmGcTime"] for s in stages) / 1000}
+
+
+def _stages(spark) -> list[dict]:
+    import urllib.request
+
+    context = spark.sparkContext
+    with urllib.request.urlopen(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages") as answer:
+        return json.load(answer)
+
+
+# ------------------------------------------------------------------ bare confluent-kafka loops
+
+
+def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], queue) -> None:
+    """Consume ``[0, end)`` of the given partitions with the source's reader configuration
+    (so a ratio never credits the source with what is only a librdkafka setting), touching
+    each record's value; report ``(records, seconds)``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+
+    consumer = Consumer(KafkaClientConfig(bootstrap_servers=bootstrap).librdkafka(ClientRole.READER))
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    left = dict(ends)  # records still to read per partition (each partition starts at 0)
+    records = size = 0
+    while any(left.values()):
+        # Ask for what remains, as the source's reader does: consume() waits for as many
+        # messages as asked, so asking for more waited out its timeout at the end.
+        for message in consumer.consume(min(10_000, sum(left.values())), 1.0):
+            if message.error() is None:
+                records += 1
+                size += len(message.value())
+                left[message.partition()] = ends[message.partition()] - message.offset() - 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    queue.put((records, elapsed))
+
+
+def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int) -> dict:
+    """``processes`` bare consumer loops in parallel, the partitions dealt out among them.
+    Wall time includes the processes' start; the slowest loop's own time is reported too."""
+    queue: mp.Queue = mp.Queue()
+    groups = [dict(list(ends.items())[i::processes]) for i in range(processes)]
+    workers = [mp.Process(target=bare_consumer, args=(bootstrap, topic, g, queue)) for g in groups if g]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=900) for _ in workers]
+    wall = time.perf_counter() - started
+    for worker in workers:
+        worker.join()
+    records = sum(r for r, _ in results)
+    return {"records": records, "seconds": wall, "loop_seconds": max(s for _, s in results), "records_per_s": records / wall}
+
+
+# ------------------------------------------------------------------ py-spy profiles of the Python workers
+
+
+def profile_python_workers(seconds: float, out_prefix: Path) -> list[subprocess.Popen]:
+    """Start py-spy (a dev dependency) on each of Spark's Python worker daemons, following
+    their forked workers, for ``seconds``; each writes folded stacks to
+    ``<out_prefix>.<pid>.txt``. Returns the py-spy processes: wait for them. Raises
+    RuntimeError when no worker daemon runs yet (run a query first)."""
+    found = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True).stdout.split()
+    pids = {int(pid) for pid in found}
+    roots = [pid for pid in pids if _parent_of(pid) not in pids]  # daemons, not their forked workers
+    if not roots:
+        raise RuntimeError("no pyspark.daemon process to profile: run a query first")
+    py_spy = Path(sys.executable).with_name("py-spy")
+    return [subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--subprocesses", "--native", "--rate", "100",
+                              "--duration", str(int(seconds)), "--format", "raw", "--output", f"{out_prefix}.{pid}.txt"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in roots]
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def summarize_profile(folded: list[Path], top: int = 20) -> dict:
+    """The functions with the largest share of samples in py-spy ``raw`` (folded) profiles:
+    ``self`` (where the time was spent) and ``inclusive`` (below which call)."""
+    own: dict[str, int] = defaultdict(int)
+    below: dict[str, int] = defaultdict(int)
+    total = 0
+    for path in folded:
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack:
+                continue
+            frames, samples = stack.split(";"), int(count)
+            total += samples
+            own[frames[-1]] += samples
+            for frame in set(frames):
+                below[frame] += samples
+
+    def shares(table: dict[str, int]) -> list[tuple[str, float]]:
+        return [(name, round(n / total, 4)) for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
+
+    return {"samples": total, "self": shares(own) if total else [], "inclusive": shares(below) if total else []}

@@ -88,7 +88,9 @@ def run_trigger(spark, log: ProgressLog, broker, proxy, trigger: str, args, timi
             idle_requests = sum(proxy.requests(client) for client in DRIVER_CLIENTS) - before
             for f in timings_dir.glob("*.jsonl"):
                 f.unlink()
-            delivered = produce_and_catch_up(query, broker, topic, 8, args.rate, args.seconds)
+            delivered, kept_up = produce_and_catch_up(query, broker.bootstrap_servers, topic, 8, args.rate, args.seconds)
+            if not kept_up:
+                raise RuntimeError(f"{topic}: the query did not catch up within 300 s")
         finally:
             query.stop()
     progress = [p for p in log.of(query.id) if p["numInputRows"]]
@@ -201,7 +203,9 @@ def run_wide(spark, log: ProgressLog, broker, args) -> dict:
         try:
             wait_until(lambda: query.status["message"] != "Initializing sources", 120, "the wide query did not start")
             time.sleep(2)
-            produce_and_catch_up(query, broker, topic, partitions, 1_500, args.wide_seconds)
+            _, kept_up = produce_and_catch_up(query, broker.bootstrap_servers, topic, partitions, 1_500, args.wide_seconds)
+            if not kept_up:
+                raise RuntimeError(f"{topic}: the wide query did not catch up within 300 s")
         finally:
             query.stop()
     progress = [p for p in log.of(query.id) if p["numInputRows"]]

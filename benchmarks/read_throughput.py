@@ -1,196 +1,227 @@
-"""Read throughput of format("backlog") against bare confluent-kafka consumer loops.
+"""Read throughput: format("backlog") against Spark's format("kafka") and bare confluent-kafka
+loops, on the same Apache Kafka topic, in the same rounds.
 
-One run, one topic on Apache Kafka (single node, `make jvm`), three readers of the same records:
+Issue 24, benchmark 2. One topic of ``--records`` records (``--value-size`` bytes, small keys)
+over ``--partitions`` partitions on a single-node Apache Kafka (``make jvm``), read by
 
-* ``bare_1``: one process, one consumer assigned to every partition, ``consume(10_000)``
-  batches, touching each record's value: the practical limit of a Python Kafka reader.
-  It uses the reader's librdkafka defaults; ``bare_1_librdkafka_defaults`` does not.
-* ``bare_2``: two such processes in parallel, two partitions each (the machine's 2 cores).
-* ``source``: Spark with its default settings (``local[*]``, default driver memory: as a
-  user runs it), ``Trigger.AvailableNow``, ``noop`` sink, wall time from ``start()`` to
-  termination (query start-up included; SparkSession start-up excluded). Also reported:
-  the same from the query's first trigger, and Spark's ``addBatch`` time alone, so what the
-  source's read path costs can be told from what every Python streaming query pays first;
-* ``trivial_python_startup``: ``start()`` -> first trigger of a Python source that reads
-  nothing (``benchmarks.harness.TrivialSource``), in the same round: PySpark's share of the
-  source's start-up, which no data source can avoid.
+* ``kafka``: Spark's ``format("kafka")`` (spark-sql-kafka-0-10 of the exact Spark version),
+* ``backlog``: ``format("backlog")``,
 
-One warm-up query first (JVM, Python workers), then ``--repeats`` interleaved rounds of the
-four readers; the report gives the median of the rounds with the spread (min-max), and
-ratios of medians taken in the same run.
+each with ``Trigger.AvailableNow`` into ``noop`` from ``startingOffsets=earliest``, Spark's
+default settings (``local[*]``, default memory; the connector on ``spark.jars``, which its
+users add too), no read limit (each source's default); and by
+
+* ``bare_1``: one process, one confluent-kafka consumer over every partition, with the
+  source's reader configuration: what one Python process can read;
+* ``bare_per_core``: one such process per core, the partitions dealt out among them.
+
+Per run: seconds from ``start()`` to termination (query start-up included: what a user
+waits for) and from the first trigger; Spark's ``addBatch``; Spark's task metrics (run time,
+the JVM task threads' CPU); and **whose CPU the run burned**: CPU seconds of the broker, of
+Spark's JVM, of the executors' Python workers, of the driver-side Python processes, and of
+the kernel (loopback networking) and the bare loops, from /proc. A Python source that reads nothing is timed
+to its first trigger in every round: PySpark's share of any Python source's start-up.
+
+One warm-up query of each source first, then ``--rounds`` rounds in rotated order; medians
+with the spread (min-max) and ratios of medians from the same run. ``--profile`` then runs
+``format("backlog")`` once more under py-spy (untimed) and writes where its Python workers
+spend their time.
 
 Usage::
 
-    .venv/bin/python -m benchmarks.read_throughput [--repeats 5] [--records 2000000] [--partitions 4] [--value-size 100]
+    .venv/bin/python -m benchmarks.read_throughput [--records 2000000] [--partitions 8] [--rounds 5] [--profile]
 
-Writes ``benchmarks/results/read_throughput/read_throughput.json`` and ``.md``.
+Writes ``benchmarks/results/read_throughput/read_throughput_<records>_<partitions>p.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
+import os
+import signal
 import sys
+import tempfile
 import time
 
-
-
-from backlog_source.testing.apache_kafka import start_kafka
+from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
+    CpuAccount,
     first_trigger_and_total_s,
+    first_trigger_at,
     machine,
     median_and_spread,
+    profile_python_workers,
     register_trivial_source,
-    run_source,
+    results_folder,
+    rotated,
+    run_available_now,
+    run_bare,
     spark_session,
+    stage_ids,
+    summarize_profile,
+    task_metrics_since,
     with_spread,
     write_results,
 )
 
-
-def bare_consumer(bootstrap: str, topic: str, ends: dict[int, int], tuned: bool, queue) -> None:
-    """Consume [0, end) of the given partitions; report (records, seconds).
-
-    ``tuned`` gives the bare loop the same librdkafka defaults the source's reader uses
-    (``KafkaClientConfig.librdkafka(ClientRole.READER)``), so a ratio never credits the source with what
-    is only a setting.
-    """
-    from confluent_kafka import Consumer, TopicPartition
-
-    from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
-
-    config = {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, "enable.partition.eof": True}
-    if tuned:  # exactly the librdkafka configuration the source's reader uses
-        config = KafkaClientConfig(bootstrap_servers=bootstrap).librdkafka(ClientRole.READER)
-    consumer = Consumer(config)
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    remaining = set(ends)
-    records = 0
-    size = 0
-    while remaining:
-        for message in consumer.consume(10_000, 1.0):
-            if message.error() is None:
-                records += 1
-                size += len(message.value())
-                if message.offset() + 1 >= ends[message.partition()]:
-                    remaining.discard(message.partition())
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    queue.put((records, elapsed))
+SOURCES = ("kafka", "backlog")
+READERS = (*SOURCES, "bare_1", "bare_per_core")
+CPU_KINDS = ("broker", "spark_jvm", "python_workers", "python_driver_side", "kernel", "bare_loops", "benchmark", "other")
 
 
-def run_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int, tuned: bool = True) -> dict:
-    queue: mp.Queue = mp.Queue()
-    groups = [dict(list(ends.items())[i::processes]) for i in range(processes)]
-    workers = [mp.Process(target=bare_consumer, args=(bootstrap, topic, g, tuned, queue)) for g in groups]
-    started = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    results = [queue.get(timeout=600) for _ in workers]
-    wall = time.perf_counter() - started
-    for worker in workers:
-        worker.join()
-    records = sum(r for r, _ in results)
-    # Wall time includes process start; the slowest worker's own loop time is reported too.
-    return {"records": records, "seconds": wall, "loop_seconds": max(s for _, s in results), "records_per_s": records / wall}
+def read_with_spark(spark, source: str, bootstrap: str, topic: str, expected: int) -> dict:
+    """Drain ``topic`` with ``format(source)``; raises RuntimeError unless exactly
+    ``expected`` records arrive."""
+    df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").load())
+    known = stage_ids(spark)
+    with CpuAccount() as cpu:
+        started, wall, query = run_available_now(df)
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    records = sum(p["numInputRows"] for p in progress)
+    if records != expected:
+        raise RuntimeError(f"format({source!r}) read {records} records, expected {expected}")
+    from_first = wall - (first_trigger_at(progress) - started)
+    return {"records": records, "seconds": wall, "records_per_s": records / wall, "from_first_trigger_s": from_first,
+            "records_per_s_from_first_trigger": records / from_first, "batches": len(progress),
+            "add_batch_s": sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
+            "cpu_s": cpu.seconds, **task_metrics_since(spark, known)}
 
 
-def trivial_startup(spark, bootstrap: str) -> float:
-    """Seconds from ``start()`` to the first trigger of a Python source that reads nothing."""
-    return first_trigger_and_total_s(spark.readStream.format("trivial_python").load())[0]
+def read_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int) -> dict:
+    with CpuAccount() as cpu:
+        result = run_bare(bootstrap, topic, ends, processes)
+    return {**result, "cpu_s": cpu.seconds}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every reader")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="then profile format('backlog')'s Python workers once")
     args = parser.parse_args()
+    name = f"read_throughput_{args.records // 1_000_000}m_{args.partitions}p"
+    cores = os.cpu_count() or 1
 
-    broker = start_kafka()
+    broker = start_kafka(heap_mb=1024)
     try:
+        bootstrap = broker.bootstrap_servers
         topic = "bench-read"
-        create_topic(broker.bootstrap_servers, topic, args.partitions)
+        create_topic(bootstrap, topic, args.partitions)
         value = b"x" * args.value_size
-        per = args.records // args.partitions
         t0 = time.perf_counter()
-        total = produce(broker.bootstrap_servers, topic, ((i % args.partitions, None, value) for i in range(per * args.partitions)))
-        print(f"produced {total} records in {time.perf_counter() - t0:.1f} s")
-        ends = {p: per for p in range(args.partitions)}
+        total = produce(bootstrap, topic, ((i % args.partitions, b"k%d" % (i % 1000), value) for i in range(args.records)))
+        print(f"produced {total:,} records in {time.perf_counter() - t0:.1f} s", flush=True)
+        ends = {p: len(range(p, args.records, args.partitions)) for p in range(args.partitions)}
 
-        spark = spark_session()
+        spark = spark_session(jars=spark_kafka_connector_jars())
         register_trivial_source(spark)
-        run_source(spark, broker.bootstrap_servers, topic, total)  # warm-up: JVM and Python workers
-        trivial_startup(spark, broker.bootstrap_servers)
-        results: dict[str, list[dict]] = {"bare_1_librdkafka_defaults": [], "bare_1": [], "bare_2": [], "source": []}
+        for source in SOURCES:  # warm-up: the JVM, the connector's classes, the Python workers
+            read_with_spark(spark, source, bootstrap, topic, total)
+        runs: dict[str, list[dict]] = {r: [] for r in READERS}
         startups: list[float] = []
-        for _ in range(args.repeats):
-            startups.append(trivial_startup(spark, broker.bootstrap_servers))
-            results["bare_1_librdkafka_defaults"].append(run_bare(broker.bootstrap_servers, topic, ends, 1, tuned=False))
-            results["bare_1"].append(run_bare(broker.bootstrap_servers, topic, ends, 1))
-            results["bare_2"].append(run_bare(broker.bootstrap_servers, topic, ends, 2))
-            results["source"].append(run_source(spark, broker.bootstrap_servers, topic, total))
-            for name, runs in results.items():
-                print(f"{name}: {runs[-1]['records_per_s']:,.0f} records/s ({runs[-1]['seconds']:.2f} s)")
+        for round_index in range(args.rounds):
+            startups.append(first_trigger_and_total_s(spark.readStream.format("trivial_python").load())[0])
+            for reader in rotated(list(READERS), round_index):
+                if reader in SOURCES:
+                    run = read_with_spark(spark, reader, bootstrap, topic, total)
+                else:
+                    run = read_bare(bootstrap, topic, ends, 1 if reader == "bare_1" else cores)
+                runs[reader].append(run)
+                print(f"round {round_index}: {reader}: {run['records_per_s']:,.0f} records/s ({run['seconds']:.2f} s)",
+                      flush=True)
+        profile = profile_backlog(spark, bootstrap, topic, total, name) if args.profile else None
+        import pyspark
+
+        spark_version = pyspark.__version__
         spark.stop()
     finally:
         broker.stop()
+    report(runs, startups, profile, args, name, total, cores, spark_version)
 
-    rates = {name: median_and_spread([r["records_per_s"] for r in runs]) for name, runs in results.items()}
-    source = rates["source"]["median"]
-    source_parts = {key: median_and_spread([r[key] for r in results["source"]])
-                    for key in ("records_per_s_from_first_trigger", "records_per_s_in_add_batch",
-                                "seconds", "from_first_trigger_s", "add_batch_s")}
-    trivial = median_and_spread(startups)
-    summary = {
-        "command": "python -m benchmarks.read_throughput " + " ".join(sys.argv[1:]),
-        "machine": machine(),
-        "records": total,
-        "partitions": args.partitions,
-        "value_size": args.value_size,
-        "repeats": args.repeats,
-        "runs": results,
-        "trivial_python_startup_s": startups,
-        "records_per_s": rates,
-        "source_parts": source_parts,
-        "ratio_source_from_first_trigger_vs_bare_2":
-            source_parts["records_per_s_from_first_trigger"]["median"] / rates["bare_2"]["median"],
-        "ratio_source_vs_bare_1": source / rates["bare_1"]["median"],
-        "ratio_source_vs_bare_2": source / rates["bare_2"]["median"],
-        "ratio_source_vs_bare_1_librdkafka_defaults": source / rates["bare_1_librdkafka_defaults"]["median"],
-    }
-    rows = [f"| {name} | {with_spread(r, ',.0f')} |" for name, r in rates.items()]
-    write_results("read_throughput", "read_throughput", summary, [
-        "# Read throughput", "",
-        f"Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, "
-        "Spark's default settings)", "",
-        f"{total:,} records of {args.value_size} bytes over {args.partitions} partitions; median of {args.repeats} "
-        "interleaved rounds (min-max) after a warm-up query.", "",
-        "| reader | records/s |", "| --- | ---: |", *rows, "",
-        f"- source / one bare consumer: **{summary['ratio_source_vs_bare_1']:.2f}x** (target >= 1.0x)",
-        f"- source / two bare consumers in parallel: **{summary['ratio_source_vs_bare_2']:.2f}x** (target >= 0.8x)",
-        f"- source / one bare consumer on librdkafka defaults: **{summary['ratio_source_vs_bare_1_librdkafka_defaults']:.2f}x**",
+
+def profile_backlog(spark, bootstrap: str, topic: str, total: int, name: str) -> dict:
+    """One more (untimed) ``format("backlog")`` drain with py-spy on the Python workers."""
+    with tempfile.TemporaryDirectory() as folder:
+        prefix = os.path.join(folder, "profile")
+        spies = profile_python_workers(120, prefix)
+        time.sleep(1.0)  # py-spy attaches to the daemons before the query forks workers
+        read_with_spark(spark, "backlog", bootstrap, topic, total)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled so far, as on Ctrl-C
+            spy.wait(timeout=60)
+        from pathlib import Path
+
+        summary = summarize_profile(sorted(Path(folder).glob("profile.*.txt")))
+    (results_folder("read_throughput") / f"{name}_profile.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def report(runs: dict[str, list[dict]], startups: list[float], profile: dict | None, args, name: str, total: int,
+           cores: int, spark_version: str) -> None:
+    def figure(reader: str, key: str) -> dict:
+        return median_and_spread([r[key] for r in runs[reader] if r.get(key) is not None])
+
+    def cpu(reader: str, kind: str) -> dict:
+        return median_and_spread([r["cpu_s"].get(kind, 0.0) for r in runs[reader]])
+
+    rates = {r: figure(r, "records_per_s") for r in READERS}
+    ratio = {other: rates["backlog"]["median"] / rates[other]["median"] for other in READERS if other != "backlog"}
+    ratio_first = (figure("backlog", "records_per_s_from_first_trigger")["median"]
+                   / figure("kafka", "records_per_s_from_first_trigger")["median"])
+    per_round = [b["records_per_s"] / k["records_per_s"] for b, k in zip(runs["backlog"], runs["kafka"])]
+    command = "python -m benchmarks.read_throughput " + " ".join(sys.argv[1:])
+    summary = {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": spark_version,
+               "records": total, "partitions": args.partitions, "value_size": args.value_size, "rounds": args.rounds,
+               "runs": runs, "trivial_python_start_s": startups, "records_per_s": rates,
+               "ratio_backlog_vs": ratio, "ratio_backlog_vs_kafka_from_first_trigger": ratio_first,
+               "ratio_backlog_vs_kafka_per_round": per_round, "profile": profile}
+    lines = [
+        f"# Read throughput: {total:,} records, {args.partitions} partitions", "",
+        f"Command: `{command}` ({cores} cores; Apache Kafka {summary['kafka']}, Spark {spark_version}, Spark's default "
+        "settings; `Trigger.AvailableNow` into `noop`, no read limit)", "",
+        f"{args.value_size}-byte values, small keys; median of {args.rounds} rounds in rotated order (min-max) after a "
+        f"warm-up query of each source. Bare loops: confluent-kafka consumers with the source's reader settings, one "
+        f"process (`bare_1`) and one per core (`bare_per_core`, {cores}); their time includes starting the processes.", "",
+        "| reader | records/s from start | seconds from start | seconds from the first trigger | records/s from the "
+        "first trigger | addBatch s |", "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for reader in READERS:
+        spark_only = reader in SOURCES
+        lines.append(f"| `{reader}` | {with_spread(rates[reader], ',.0f')} | {with_spread(figure(reader, 'seconds'))} | "
+                     + (f"{with_spread(figure(reader, 'from_first_trigger_s'))} | "
+                        f"{with_spread(figure(reader, 'records_per_s_from_first_trigger'), ',.0f')} | "
+                        f"{with_spread(figure(reader, 'add_batch_s'))} |" if spark_only else " | | |"))
+    lines += [
         "",
-        "`bare_1` and `bare_2` use the same librdkafka configuration as the source's reader;",
-        "`bare_1_librdkafka_defaults` shows what that setting alone is worth. The source's time includes",
-        "query start-up and per-batch planning; the bare consumers' includes process start.",
-        "",
-        "Where the source's time goes (median (min-max) of the same rounds):", "",
-        "| part | seconds | records/s |", "| --- | ---: | ---: |",
-        f"| start() -> terminated | {with_spread(source_parts['seconds'], '.2f')} | {with_spread(rates['source'], ',.0f')} |",
-        f"| first trigger -> terminated | {with_spread(source_parts['from_first_trigger_s'], '.2f')} | "
-        f"{with_spread(source_parts['records_per_s_from_first_trigger'], ',.0f')} |",
-        f"| Spark's addBatch (the read) | {with_spread(source_parts['add_batch_s'], '.2f')} | "
-        f"{with_spread(source_parts['records_per_s_in_add_batch'], ',.0f')} |",
-        f"| a Python source that reads nothing: start() -> first trigger | {with_spread(trivial, '.2f')} | |", "",
-        f"- source from its first trigger / two bare consumers: "
-        f"**{summary['ratio_source_from_first_trigger_vs_bare_2']:.2f}x**: the query's start-up left out, which "
-        "a Python source that reads nothing pays too (last row)",
-    ])
+        f"- backlog / kafka from `start()`: **{ratio['kafka']:.2f}x** (target >= 1.0x; per round "
+        f"{min(per_round):.2f}-{max(per_round):.2f}x); from the first trigger: {ratio_first:.2f}x",
+        f"- backlog / one bare loop: {ratio['bare_1']:.2f}x; / one bare loop per core: {ratio['bare_per_core']:.2f}x",
+        f"- a Python source that reads nothing, `start()` -> first trigger: {with_spread(median_and_spread(startups))} s "
+        "(PySpark's share of a Python source's start-up)", "",
+        "Whose CPU each run burned, CPU seconds (median): the broker, Spark's JVM (driver and executor are one JVM in "
+        "`local[*]`), the executors' Python workers, the driver-side Python processes (the source's runner, `load()`), "
+        "the kernel (loopback networking), the bare loops' processes, this benchmark's own process (the driver program); and Spark's task metrics: task run time and the JVM task threads' CPU.", "",
+        "| reader | " + " | ".join(CPU_KINDS) + " | total | task run s | task JVM CPU s |",
+        "| --- |" + " ---: |" * (len(CPU_KINDS) + 3),
+    ]
+    for reader in READERS:
+        total_cpu = median_and_spread([sum(r["cpu_s"].values()) for r in runs[reader]])
+        tasks = (f"{with_spread(figure(reader, 'task_run_s'), '.1f')} | {with_spread(figure(reader, 'task_jvm_cpu_s'), '.1f')}"
+                 if reader in SOURCES else " | ")
+        lines.append(f"| `{reader}` | " + " | ".join(f"{cpu(reader, k)['median']:.1f}" for k in CPU_KINDS)
+                     + f" | {total_cpu['median']:.1f} | {tasks} |")
+    if profile:
+        lines += ["", f"py-spy on `format(\"backlog\")`'s Python workers, one drain ({profile['samples']:,} samples at "
+                  "100 Hz; share of samples):", "", "| where the time was spent (self) | share |", "| --- | ---: |",
+                  *(f"| `{fn}` | {share:.1%} |" for fn, share in profile["self"][:12]), "",
+                  "| below which call (inclusive) | share |", "| --- | ---: |",
+                  *(f"| `{fn}` | {share:.1%} |" for fn, share in profile["inclusive"][:25])]
+    write_results("read_throughput", name, summary, lines)
 
 
 if __name__ == "__main__":
