@@ -479,15 +479,22 @@ def process_kind(command: str) -> str:
         return "python_workers"
     if "pyspark" in command:
         return "python_driver_side"  # the streaming source's runner, load()'s worker, planners
-    if not command:
-        return "kernel"  # kernel threads: loopback networking, page cache
     return "other"
+
+
+#: Whose the CPU of an ended child is, by its parent's kind: Spark's JVM waits for the
+#: driver-side Python processes it starts (a streaming source's runner lives as long as its
+#: query), a worker daemon for its forked workers, this process for its bare loops.
+_ENDED_CHILD_KIND = {"spark_jvm": "python_driver_side", "python_workers": "python_workers", "benchmark": "bare_loops"}
+_KTHREADD = 2
 
 
 def cpu_seconds_by_process() -> dict[int, tuple[float, float, str]]:
     """``pid -> (own CPU seconds, CPU seconds of its ended children, kind)`` of every process
-    now, from /proc (user + system; the children's part grows when a child is reaped)."""
-    found = {}
+    now, from /proc (user + system; the children's part grows when a child is reaped). A
+    process that has exited but is not reaped yet (a zombie: no command line) is its
+    parent's ended child; kernel threads (children of kthreadd) are ``kernel``."""
+    stats: dict[int, tuple[list[str], str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -498,16 +505,19 @@ def cpu_seconds_by_process() -> dict[int, tuple[float, float, str]]:
                 command = cmdline.read().replace("\0", " ").strip()
         except OSError:
             continue  # ended meanwhile
-        kind = "benchmark" if int(entry) == os.getpid() else process_kind(command)
-        found[int(entry)] = ((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
-                             (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS, kind)
+        stats[int(entry)] = (fields, command)
+    kinds = {pid: "benchmark" if pid == os.getpid() else process_kind(command) for pid, (_, command) in stats.items()}
+    found = {}
+    for pid, (fields, _) in stats.items():
+        state, parent = fields[0], int(fields[1])
+        kind = kinds[pid]
+        if state == "Z":
+            kind = _ENDED_CHILD_KIND.get(kinds.get(parent, "other"), "other")
+        elif parent == _KTHREADD or pid == _KTHREADD:
+            kind = "kernel"
+        found[pid] = ((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
+                      (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS, kind)
     return found
-
-
-#: Whose the CPU of an ended child is, by its parent's kind: Spark's JVM waits for the
-#: driver-side Python processes it starts (a streaming source's runner lives as long as its
-#: query), a worker daemon for its forked workers, this process for its bare loops.
-_ENDED_CHILD_KIND = {"spark_jvm": "python_driver_side", "python_workers": "python_workers", "benchmark": "bare_loops"}
 
 
 class CpuAccount:

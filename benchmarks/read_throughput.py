@@ -19,7 +19,7 @@ Per run: seconds from ``start()`` to termination (query start-up included: what 
 waits for) and from the first trigger; Spark's ``addBatch``; Spark's task metrics (run time,
 the JVM task threads' CPU); and **whose CPU the run burned**: CPU seconds of the broker, of
 Spark's JVM, of the executors' Python workers, of the driver-side Python processes, and of
-the kernel (loopback networking) and the bare loops, from /proc. A Python source that reads nothing is timed
+the kernel threads and the bare loops, from /proc (a process is counted also once it has ended). A Python source that reads nothing is timed
 to its first trigger in every round: PySpark's share of any Python source's start-up.
 
 One warm-up query of each source first, then ``--rounds`` rounds in rotated order; medians
@@ -205,7 +205,7 @@ def report(runs: dict[str, list[dict]], startups: list[float], profile: dict | N
         "(PySpark's share of a Python source's start-up)", "",
         "Whose CPU each run burned, CPU seconds (median): the broker, Spark's JVM (driver and executor are one JVM in "
         "`local[*]`), the executors' Python workers, the driver-side Python processes (the source's runner, `load()`), "
-        "the kernel (loopback networking), the bare loops' processes, this benchmark's own process (the driver program); and Spark's task metrics: task run time and the JVM task threads' CPU.", "",
+        "the kernel threads, the bare loops' processes, this benchmark's own process (the driver program); and Spark's task metrics: task run time and the JVM task threads' CPU.", "",
         "| reader | " + " | ".join(CPU_KINDS) + " | total | task run s | task JVM CPU s |",
         "| --- |" + " ---: |" * (len(CPU_KINDS) + 3),
     ]
