@@ -35,7 +35,8 @@ from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.core.state import SourceOffset
-from backlog_source.core.tracing import exporter, names as span_names
+from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing.spans import PhaseSpans
 from backlog_source.enumerator.boundaries import BacklogState, record_boundaries, reentry_boundaries, restart_boundaries
 from backlog_source.enumerator.control import ControlTopic
 from backlog_source.enumerator.kafka_offsets import OffsetsClient
@@ -45,9 +46,6 @@ from backlog_source.enumerator.starting_offsets import ManifestLoader, StartingO
 from backlog_source.enumerator.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-#: How long ``latestOffset`` may wait for the collector when a backlog phase ends.
-PHASE_END_FLUSH_MS = 2_000
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,7 @@ class Enumerator:
         self._last_trigger_at: float | None = None
         self._latest: dict[Bucket, int] = {}
         self._settled: tuple[SourceOffset, Settled] | None = None
-        self._exported: set[int] = set()  # span ids exported in this run
+        self._spans = PhaseSpans()
         self._quiet: tuple[SourceOffset, float] | None = None  # (start, until) after a plan found nothing
 
     # ---------------------------------------------------------------- Spark hooks
@@ -270,8 +268,7 @@ class Enumerator:
         report_data_loss(
             self._settings.fail_on_data_loss and self._available_now_target is None,
             f"partition(s) {described} no longer exist; records not yet read from them may be lost",
-            to_continue="Set failOnDataLoss=false to continue without them",
-            continuing="continuing without them",
+            instead="continue without them",
         )
         return vanished
 
@@ -286,8 +283,7 @@ class Enumerator:
             self._settings.fail_on_data_loss,
             f"offsets moved backwards for {described}: the topic was deleted and re-created or "
             "truncated, so records may have been lost",
-            to_continue="Set failOnDataLoss=false to continue from the earliest offset",
-            continuing="continuing from the earliest offset",
+            instead="continue from the earliest offset",
         )
         return self._client.earliest_offsets(moved)
 
@@ -372,7 +368,7 @@ class Enumerator:
         next batch with data; its spans are exported now)."""
         trace, finished_spans = advance(start.trace, start.source_id, plan.state.tracked, settled.finishes,
                                         view.read_from, self._now_ms())
-        self._export_once(finished_spans)
+        self._spans.export(finished_spans)
         snapshot_unread = bool(start.snapshot and start.snapshot.pending)
         if plan.end == start.positions and not view.starts and not snapshot_unread:
             return start
@@ -392,19 +388,6 @@ class Enumerator:
             # This batch reads every snapshot still pending (see partitions()).
             snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,
         )
-
-    def _export_once(self, spans) -> None:
-        """Export spans not exported yet in this run: a state change without data is
-        recomputed by every poll until a batch carries it."""
-        fresh = [s for s in spans if s.ids.span_id not in self._exported]
-        if not fresh:
-            return
-        self._exported.update(s.ids.span_id for s in fresh)
-        exporter.export(fresh)
-        if any(span.name == span_names.PHASE for span in fresh):
-            # The phase's end triggers a mode switch, and a restart-method switch ends this
-            # process within milliseconds: export now (bounded), not on a timer.
-            exporter.flush(PHASE_END_FLUSH_MS)
 
     # ---------------------------------------------------------------- helpers
 

@@ -4,8 +4,11 @@ control topic, a clock, and Spark's query/writer objects for the mode-switch con
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import Future
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -15,7 +18,8 @@ from backlog_source.core.errors import ModeSwitchError
 from backlog_source.enumerator.kafka_offsets import TopicIdentity
 from backlog_source.events.channel import ControlMessages
 from backlog_source.mode_switch.policy import SwitchPolicy
-from backlog_source.mode_switch.switchers import SwitchMethod
+from backlog_source.mode_switch.listener import Mode
+from backlog_source.mode_switch.switchers import SwitchMethod, Switched
 
 
 @dataclass
@@ -159,6 +163,7 @@ class FakeConsumer:
         self.clock = clock
         self.config: dict | None = None
         self.asked: list[int] = []  # num_messages of every consume() call
+        self.watermark_asks: list[tuple] = []  # (partition, timeout, cached) of every get_watermark_offsets()
 
     def __call__(self, config):
         self.config = config
@@ -206,6 +211,7 @@ class FakeConsumer:
         return []
 
     def get_watermark_offsets(self, tp, timeout, cached=False):
+        self.watermark_asks.append((tp, timeout, cached))
         if isinstance(self.watermarks, Exception):
             raise self.watermarks
         return self.watermarks
@@ -284,21 +290,23 @@ class FakeWriter:
 
 
 class FakeInPlaceSwitcher:
-    """A switcher that changes the fake query's interval in place and records each change."""
+    """A switcher that changes the fake query's interval in place and records each interval
+    it applied."""
 
     method = SwitchMethod.IN_PLACE
 
-    def __init__(self, query: FakeQuery) -> None:
+    def __init__(self, query: FakeQuery, intervals_ms) -> None:
         self.query = query
+        self._intervals_ms = dict(intervals_ms)
         self.applied: list[int] = []
 
-    def attach(self, interval_ms: int, *, cancelled=lambda: False) -> bool:
+    def attach(self, current: Mode, *, cancelled=lambda: False) -> bool:
         return True
 
-    def switch(self, interval_ms: int) -> FakeQuery:
-        self.applied.append(interval_ms)
-        self.query.interval_ms = interval_ms
-        return self.query
+    def switch(self, to: Mode) -> Switched:
+        self.applied.append(self._intervals_ms[to])
+        self.query.interval_ms = self._intervals_ms[to]
+        return Switched(self.query, to)
 
 
 # -- Kafka's AdminClient: scripted answers -----------------------------------------------
@@ -310,6 +318,37 @@ class Slow:
     as a request to a broker that does not answer does (other entries take no time)."""
 
     entry: object
+
+
+def failed(code: int, text: str = "") -> KafkaException:
+    """The exception a client raises for Kafka error ``code``."""
+    return KafkaException(KafkaError(code, text or f"error {code}"))
+
+
+def future(value=None, error: BaseException | None = None) -> Future:
+    """A resolved future, as an AdminClient request returns per partition or topic."""
+    result: Future = Future()
+    if error is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(value)
+    return result
+
+
+def offsets(values: dict[Bucket, int]):
+    """A scripted answer to ``list_offsets``: one resolved future per asked partition."""
+    return lambda specs: {tp: future(SimpleNamespace(offset=values[Bucket(tp.topic, tp.partition)])) for tp in specs}
+
+
+def describe(known: dict[str, int], topic_id="id-1", leader: int = 1):
+    """A scripted answer to ``describe_topics``: the ``known`` topics with their partition
+    counts (each led by ``leader``, none when it is negative); the others are unknown."""
+    def answer(topics):
+        return {name: future(SimpleNamespace(partitions=[SimpleNamespace(id=p, leader=SimpleNamespace(id=leader))
+                                                         if leader >= 0 else SimpleNamespace(id=p, leader=None)
+                                                         for p in range(known[name])], topic_id=topic_id))
+                if name in known else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
+    return answer
 
 
 class FakeAdmin:
@@ -480,16 +519,30 @@ class ChosenPolicy(SwitchPolicy):
         object.__setattr__(self, "method", method)
         object.__setattr__(self, "in_place", in_place)
 
-    def choose(self, query, restart):
-        switcher = self.in_place(query) if self.method == "in-place" else restart()
+    def choose(self, query, intervals_ms, restart):
+        switcher = self.in_place(query, intervals_ms) if self.method == "in-place" else restart()
         self.made.append(switcher)
         return switcher, "test"
+
+
+class HeldSwitcher(FakeInPlaceSwitcher):
+    """An in-place switcher whose switches wait until ``release`` is set, with ``entered``
+    set while one waits: a slow switch held on an event, never on a sleep."""
+
+    def __init__(self, query: FakeQuery, intervals_ms, release: threading.Event, entered: threading.Event) -> None:
+        super().__init__(query, intervals_ms)
+        self.release, self.entered = release, entered
+
+    def switch(self, to: Mode) -> Switched:
+        self.entered.set()
+        self.release.wait(30)
+        return super().switch(to)
 
 
 class RefusedAttach(FakeInPlaceSwitcher):
     """An in-place switcher whose running executor fails the checks."""
 
-    def attach(self, interval_ms, *, cancelled=lambda: False):
+    def attach(self, current, *, cancelled=lambda: False):
         raise ModeSwitchError("the trigger executor is a x.Other, not a ProcessingTimeExecutor")
 
 
@@ -516,7 +569,12 @@ def source(processing_backlog=None, raw=None, traceparent=None):
     return SimpleNamespace(endOffset=json.dumps(offset))
 
 
+def iso_timestamp(ms: int) -> str:
+    """Spark's progress timestamp text (``2027-01-15T08:00:04.000Z``) of ``ms`` since the epoch."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def progress_event(query_id, run_id, batch_id, *sources, at_ms=0):
-    timestamp = f"2027-01-15T08:00:{at_ms // 1000:02d}.{at_ms % 1000:03d}Z"
-    return SimpleNamespace(progress=SimpleNamespace(id=query_id, runId=run_id, batchId=batch_id, timestamp=timestamp,
-                                                    sources=list(sources)))
+    """A ``QueryProgressEvent`` as the listener gets it; its trigger started ``at_ms``."""
+    return SimpleNamespace(progress=SimpleNamespace(id=query_id, runId=run_id, batchId=batch_id,
+                                                    timestamp=iso_timestamp(at_ms), sources=list(sources)))

@@ -27,18 +27,12 @@ from typing import Any
 
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
-from backlog_source.core.tracing import exporter, names as span_names
+from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.core.tracing.spans import SwitchSpan
-from backlog_source.mode_switch.listener import (
-    BacklogModeListener,
-    BatchCommitted,
-    Mode,
-    QueryTerminated,
-    TriggerIdle,
-    backlog_flag,
-)
+from backlog_source.mode_switch.listener import BacklogModeListener, BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.policy import SwitchPolicy
-from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher, last_progress
+from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +94,8 @@ class ModeController:
     ) -> None:
         self._writer = writer
         self._intervals = {Mode.HIGH_THROUGHPUT: high_throughput_interval, Mode.LOW_LATENCY: low_latency_interval}
+        self._intervals_ms = {mode: duration_ms(f"{mode.value} interval", text, bare_number_unit=None)
+                              for mode, text in self._intervals.items()}
         self._mode = initial_mode
         self._policy = policy
         self._settle_timeout_s = settle_timeout_s
@@ -112,7 +108,6 @@ class ModeController:
         self._switcher: TriggerSwitcher | None = None
         self._stopping = False
         self._pending_effect: tuple[int, SwitchSpan, Transition] | None = None  # (applied at ms, span, transition)
-        self._restarted_in: Mode | None = None  # the mode a restart-method switch started in
         #: Why the controller ended: the query's failure or a switch that failed; None while
         #: it runs and after a stop.
         self.failure: BaseException | None = None
@@ -152,8 +147,8 @@ class ModeController:
         query's plan or first batch. Raises what ``start()`` or the policy raise, with the
         query stopped again."""
         try:
-            query = self._start_query(self._interval_ms(self._mode))
-            self._switcher, reason = self._policy.choose(query, self._restart_switcher)
+            query = self._start_query(self._intervals_ms[self._mode])
+            self._switcher, reason = self._policy.choose(query, self._intervals_ms, self._restart_switcher)
         except BaseException:
             self.stop_query()
             raise
@@ -171,7 +166,7 @@ class ModeController:
         query keeps running in its first mode). False when the controller ended."""
         assert self._switcher is not None, "start() first"
         try:
-            self._switcher.attach(self._interval_ms(self._mode), cancelled=lambda: self._stopping)
+            self._switcher.attach(self._mode, cancelled=lambda: self._stopping)
         except ModeSwitchError as exc:
             try:
                 self._switcher = self._policy.fall_back(exc, self._restart_switcher)
@@ -198,9 +193,9 @@ class ModeController:
             log.error("the query terminated%s; not restarting", f": {message.exception}" if message.exception else "")
             return False
         if isinstance(message, TriggerIdle):
-            self._note_trigger(message.at_ms, span_names.SWITCH_ENDED_BY_IDLE)
+            self._note_trigger(message.at_ms, SwitchEndedBy.IDLE)
             return True
-        self._note_trigger(message.trigger_started_ms, span_names.SWITCH_ENDED_BY_BATCH)
+        self._note_trigger(message.trigger_started_ms, SwitchEndedBy.BATCH)
         wanted = Mode.for_backlog(message.processing_backlog)
         if wanted is not self._mode and not self._stopping:
             try:
@@ -213,7 +208,7 @@ class ModeController:
     def end(self) -> None:
         """Close a switch that has not taken effect yet (its span ends as stopped) and flush
         the spans of this process."""
-        self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, self._clock())
+        self._end_pending_effect(SwitchEndedBy.STOP, self._clock())
         exporter.flush()
 
     def stop_query(self) -> None:
@@ -234,64 +229,40 @@ class ModeController:
         return query
 
     def _restart_switcher(self) -> RestartSwitcher:
-        return RestartSwitcher(self._query, self._restart_in_mode_of_last_batch, still_needed=self._still_needed,
-                               settle_timeout_s=self._settle_timeout_s)
-
-    def _still_needed(self, old_query: Any) -> bool:
-        """Batches kept committing while the restart waited for its trigger to end: if the
-        latest of them flipped the flag back, there is nothing to switch."""
-        return _mode_of(last_progress(old_query)) is not self._mode
-
-    def _restart_in_mode_of_last_batch(self, interval_ms: int) -> Any:
-        """Start the new run in the mode the stopped run's last committed batch calls for:
-        the new run starts from that batch and may never report again (no new data)."""
-        mode = _mode_of(last_progress(self._query))
-        if mode is not None:
-            interval_ms = self._interval_ms(mode)
-        self._restarted_in = mode
-        return self._start_query(interval_ms)
-
-    def _interval_ms(self, mode: Mode) -> int:
-        return duration_ms(f"{mode.value} interval", self._intervals[mode], bare_number_unit=None)
+        return RestartSwitcher(self._query, self._intervals_ms, self._start_query, settle_timeout_s=self._settle_timeout_s)
 
     def _switch(self, wanted: Mode, asked_by: BatchCommitted) -> None:
         assert self._switcher is not None
         decided = self._clock()
         previous = self._mode
-        old_query = self._query
-        self._restarted_in = None
-        query = self._switcher.switch(self._interval_ms(wanted))
-        target = wanted
-        if query is not old_query and self._restarted_in is not None:
-            target = self._restarted_in  # see _restart_in_mode_of_last_batch
-        elif query is old_query and self._switcher.method is SwitchMethod.RESTART:
-            target = previous  # still_needed said no: the flag flipped back while waiting
-        if target is previous:
+        switched = self._switcher.switch(wanted)
+        target = switched.mode
+        if target is None or target is previous:
             log.info("the flag flipped back before the switch took effect; staying in %s", previous.value)
             return
         applied = self._clock()
         transition = Transition(previous, target, asked_by.batch_id, decided, self._switcher.method, applied - decided)
         span = SwitchSpan(
-            phase_traceparent=asked_by.traceparent, decided_at=decided, from_mode=previous.value, to_mode=target.value,
-            method=transition.method.value, batch_id=transition.batch_id,
-            from_interval_s=self._interval_ms(previous) / 1000, to_interval_s=self._interval_ms(target) / 1000,
+            phase_traceparent=asked_by.traceparent, decided_at=decided, from_mode=previous, to_mode=target,
+            method=transition.method, batch_id=transition.batch_id,
+            from_interval_s=self._intervals_ms[previous] / 1000, to_interval_s=self._intervals_ms[target] / 1000,
             apply_seconds=transition.apply_seconds, restart_seconds=transition.restart_seconds,
-            query_id=str(query.id), run_id=str(query.runId))
+            query_id=str(switched.query.id), run_id=str(switched.query.runId))
         with self._lock:
             self._mode = target
             self._transitions.append(transition)
-        self._end_pending_effect(span_names.SWITCH_ENDED_BY_STOP, applied)  # a switch before the last took effect
+        self._end_pending_effect(SwitchEndedBy.STOP, applied)  # a switch before the last took effect
         self._pending_effect = (int(applied * 1000), span, transition)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,
                  self._switcher.method.value, applied - decided)
 
-    def _note_trigger(self, started_ms: int, ended_by: str) -> None:
+    def _note_trigger(self, started_ms: int, ended_by: SwitchEndedBy) -> None:
         """A trigger started at ``started_ms``: the first one after the switch was applied
         is the first under the new interval, and ends the switch."""
         if self._pending_effect is not None and started_ms >= self._pending_effect[0]:
             self._end_pending_effect(ended_by, started_ms / 1000)
 
-    def _end_pending_effect(self, ended_by: str, at: float) -> None:
+    def _end_pending_effect(self, ended_by: SwitchEndedBy, at: float) -> None:
         if self._pending_effect is None:
             return
         _, span, transition = self._pending_effect
@@ -322,9 +293,10 @@ class BacklogAwareQuery:
     # -- public handle -------------------------------------------------------------------
 
     @property
-    def mode(self) -> str:
-        """``"high-throughput"`` or ``"low-latency"``."""
-        return self._controller.mode.value
+    def mode(self) -> Mode:
+        """``Mode.HIGH_THROUGHPUT`` or ``Mode.LOW_LATENCY`` (string enums: equal to
+        ``"high-throughput"`` and ``"low-latency"``)."""
+        return self._controller.mode
 
     @property
     def transitions(self) -> list[Transition]:
@@ -337,10 +309,11 @@ class BacklogAwareQuery:
         return self._controller.query
 
     @property
-    def switch_method(self) -> str:
-        """``"in-place"`` or ``"restart"``: how this handle switches (decided at start; it
-        becomes ``"restart"`` only if the running query then fails the in-place checks)."""
-        return self._controller.switch_method.value
+    def switch_method(self) -> SwitchMethod:
+        """``SwitchMethod.IN_PLACE`` or ``SwitchMethod.RESTART`` (equal to ``"in-place"`` and
+        ``"restart"``): how this handle switches (decided at start; it becomes a restart only
+        if the running query then fails the in-place checks)."""
+        return self._controller.switch_method
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until the handle is stopped or the query fails; switches do not count.
@@ -393,12 +366,6 @@ class BacklogAwareQuery:
             except Exception:  # the session may be gone
                 pass
             self._done.set()
-
-
-def _mode_of(progress: Any) -> Mode | None:
-    """The mode a progress event calls for, or None when it carries no backlog flag."""
-    flag = None if progress is None else backlog_flag(progress)
-    return None if flag is None else Mode.for_backlog(flag)
 
 
 def _query_failure(query: Any, exception_text: str | None) -> BaseException | None:

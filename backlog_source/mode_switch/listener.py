@@ -86,6 +86,13 @@ def backlog_flag(progress: Any) -> bool | None:
     return any(flags) if flags else None
 
 
+def mode_called_for(progress: Any) -> Mode | None:
+    """The mode a progress event calls for (high-throughput while backlog is left), or None
+    when there is no progress or it has no backlog source."""
+    flag = None if progress is None else backlog_flag(progress)
+    return None if flag is None else Mode.for_backlog(flag)
+
+
 def backlog_traceparent(progress: Any) -> str | None:
     """The W3C context of the (current or last) backlog phase of the progress's first
     backlog source that has one: the parent of a mode switch this progress causes."""

@@ -11,12 +11,13 @@ restart, and may we restart" decision is here; the switchers only carry it out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from backlog_source.core.errors import ConfigError, ModeSwitchError
 from backlog_source.core.text_enum import TextEnum
+from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.switchers import (
     EXECUTOR_CLASS,
     INTERVAL_FIELD,
@@ -74,18 +75,19 @@ class SwitchPolicy:
             return "switch_method='in-place' was asked for (use 'auto' to fall back to restarts)"
         return self.restart_refused
 
-    def choose(self, query: Any, restart: Callable[[], RestartSwitcher]) -> tuple[TriggerSwitcher, str]:
-        """The switcher for the just-started ``query``, and why (logged once). ``restart``
-        builds the restart switcher. Takes milliseconds: an in-place switcher is only
-        prepared here (the controller attaches it to the running executor). Raises
-        :class:`ConfigError` when in place is impossible on this Spark runtime and a
-        restart is not allowed."""
+    def choose(self, query: Any, intervals_ms: Mapping[Mode, int],
+               restart: Callable[[], RestartSwitcher]) -> tuple[TriggerSwitcher, str]:
+        """The switcher for the just-started ``query`` between the modes' ``intervals_ms``,
+        and why (logged once). ``restart`` builds the restart switcher. Takes milliseconds:
+        an in-place switcher is only prepared here (the controller attaches it to the
+        running executor). Raises :class:`ConfigError` when in place is impossible on this
+        Spark runtime and a restart is not allowed."""
         if self.asked is AskedMethod.RESTART:
             return restart(), "the restart method was asked for"
         if self.connect:
             return restart(), "a Spark Connect query has no JVM objects in this process to change in place"
         try:
-            return InPlaceSwitcher.prepare(query), (
+            return InPlaceSwitcher.prepare(query, intervals_ms), (
                 f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is reachable (the running executor is checked when the query's "
                 "plan is ready)")
         except ModeSwitchError as exc:

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.core.text_enum import TextEnum
+from backlog_source.mode_switch.listener import Mode, mode_called_for
 
 log = logging.getLogger(__name__)
-
 
 
 class SwitchMethod(TextEnum):
@@ -59,19 +60,30 @@ FINAL_FIELD_HINT = (
 EXECUTOR_WAIT_S = 30.0
 
 
+@dataclass(frozen=True)
+class Switched:
+    """What a switch did: ``query`` is the query running now (the same one in place), and
+    ``mode`` the mode whose interval it runs with, or None when nothing was changed (the
+    batches committed meanwhile flipped the flag back)."""
+
+    query: Any
+    mode: Mode | None
+
+
 class TriggerSwitcher(Protocol):
-    """Changes the trigger interval of the query it was made for. The controller calls
-    :meth:`attach` once, on its own thread, before the first :meth:`switch`."""
+    """Changes the trigger interval of the query it was made for between the two modes'
+    intervals (``intervals_ms``, given when it is made). The controller calls :meth:`attach`
+    once, on its own thread, before the first :meth:`switch`."""
 
     method: SwitchMethod
 
-    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
-        """Get ready to switch the running query, which has ``interval_ms`` now. False when
-        the query ended or ``cancelled()`` first. Raises :class:`ModeSwitchError` when this
-        switcher cannot work on the running query."""
+    def attach(self, current: Mode, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """Get ready to switch the running query, which runs in ``current`` mode now. False
+        when the query ended or ``cancelled()`` first. Raises :class:`ModeSwitchError` when
+        this switcher cannot work on the running query."""
 
-    def switch(self, interval_ms: int) -> Any:
-        """Apply ``interval_ms``; returns the query now running (the same one in place)."""
+    def switch(self, to: Mode) -> Switched:
+        """Apply ``to``'s interval, or the mode the query's last batch calls for by then."""
 
 
 class InPlaceSwitcher:
@@ -87,14 +99,15 @@ class InPlaceSwitcher:
 
     method = SwitchMethod.IN_PLACE
 
-    def __init__(self, query: Any, field: Any, executor_class: str) -> None:
+    def __init__(self, query: Any, intervals_ms: Mapping[Mode, int], field: Any, executor_class: str) -> None:
         self.query = query
+        self._intervals_ms = dict(intervals_ms)
         self._field = field
         self._executor_class = executor_class
         self._executor: Any = None
 
     @classmethod
-    def prepare(cls, query: Any) -> "InPlaceSwitcher":
+    def prepare(cls, query: Any, intervals_ms: Mapping[Mode, int]) -> "InPlaceSwitcher":
         """The switcher of ``query``, not attached yet. Raises :class:`ModeSwitchError`
         saying which check failed: no ``ProcessingTimeExecutor`` class in the package of the
         query's ``StreamExecution`` (where Spark 4.x keeps it), no ``long intervalMs`` field,
@@ -114,15 +127,16 @@ class InPlaceSwitcher:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is not reachable: {_first_line(exc)}") from None
         if kind != "long":
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is a {kind}, not a long")
-        return cls(query, field, str(executor_class.getName()))
+        return cls(query, intervals_ms, field, str(executor_class.getName()))
 
-    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False,
+    def attach(self, current: Mode, *, cancelled: Callable[[], bool] = lambda: False,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
         """Wait for the query's trigger executor and check it: the prepared class, its field
-        holding ``interval_ms`` (the trigger the query started with), and a write read back.
+        holding ``current``'s interval (the trigger the query started with), and a write read back.
         Returns False, attaching nothing, when the query ended or ``cancelled()`` (the handle
         is stopping) before the executor appeared. Raises :class:`ModeSwitchError` saying
         which check failed, or that the executor did not appear within 30 s."""
+        interval_ms = self._intervals_ms[current]
         streaming_query = _java_query(self.query)
         deadline = clock() + EXECUTOR_WAIT_S
         executor = streaming_query.triggerExecutor()
@@ -137,16 +151,18 @@ class InPlaceSwitcher:
         if name != self._executor_class:
             raise ModeSwitchError(f"the trigger executor is a {name}, not a {EXECUTOR_CLASS}")
         try:
-            current = int(self._field.getLong(executor))
+            held_ms = int(self._field.getLong(executor))
         except Exception as exc:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} cannot be read: {_first_line(exc)}") from None
-        if current != interval_ms:
-            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} holds {current} ms, not the trigger's {interval_ms} ms")
+        if held_ms != interval_ms:
+            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} holds {held_ms} ms, not the trigger's {interval_ms} ms")
         self._executor = executor
-        self.switch(interval_ms)  # a write that must read back, before any switch depends on it
+        self.switch(current)  # a write that must read back, before any switch depends on it
         return True
 
-    def switch(self, interval_ms: int) -> Any:
+    def switch(self, to: Mode) -> Switched:
+        """Write ``to``'s interval and read it back; in effect from the next trigger."""
+        interval_ms = self._intervals_ms[to]
         if self._executor is None:
             raise ModeSwitchError("the in-place switcher is not attached to the query's trigger executor")
         try:
@@ -159,41 +175,45 @@ class InPlaceSwitcher:
             raise ModeSwitchError(f"could not set {EXECUTOR_CLASS}.{INTERVAL_FIELD}: {problem}") from None
         if now != interval_ms:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} reads {now} ms after writing {interval_ms} ms")
-        return self.query
+        return Switched(self.query, to)
 
 
 class RestartSwitcher:
     """Stops the query (after its running trigger, within ``settle_timeout_s``) and starts
-    it again on the same checkpoint with the new trigger. Spark replays an interrupted batch
-    with the same offsets, so file sinks and ``foreachBatch`` functions idempotent per
-    ``batch_id`` stay exactly-once."""
+    it again on the same checkpoint with the new trigger: ``start(interval_ms)`` starts the
+    writer and returns the new query. Spark replays an interrupted batch with the same
+    offsets, so file sinks and ``foreachBatch`` functions idempotent per ``batch_id`` stay
+    exactly-once."""
 
     method = SwitchMethod.RESTART
 
-    def __init__(self, query: Any, start: Callable[[int], Any], *, still_needed: Callable[[Any], bool] | None = None,
+    def __init__(self, query: Any, intervals_ms: Mapping[Mode, int], start: Callable[[int], Any], *,
                  settle_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.query = query
+        self._intervals_ms = dict(intervals_ms)
         self._start = start
-        self._still_needed = still_needed
         self._settle_timeout_s = settle_timeout_s
         self._clock = clock
         self._sleep = sleep
 
-    def attach(self, interval_ms: int, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
+    def attach(self, current: Mode, *, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Nothing to get ready: a restart needs only the query's checkpoint."""
         return True
 
-    def switch(self, interval_ms: int) -> Any:
-        """Stop and start again; ``start`` (the controller's) may pick another interval from
-        the stopped run's last batch. No stop at all when ``still_needed`` says the batches
-        committed while waiting made the switch pointless."""
+    def switch(self, to: Mode) -> Switched:
+        """Stop and start again, in the mode the stopped run's last committed batch calls
+        for (the new run starts from that batch and may never report again if no new data
+        comes), ``to`` when it calls for none. No stop at all when the batches committed
+        while waiting for the running trigger flipped the flag back."""
         self._wait_for_trigger_end()
-        if self._still_needed is not None and not self._still_needed(self.query):
-            return self.query
+        called_for = mode_called_for(last_progress(self.query))
+        if called_for is not None and called_for is not to:
+            return Switched(self.query, None)
         self.query.stop()
-        self.query = self._start(interval_ms)
-        return self.query
+        mode = mode_called_for(last_progress(self.query)) or to
+        self.query = self._start(self._intervals_ms[mode])
+        return Switched(self.query, mode)
 
     def _wait_for_trigger_end(self) -> None:
         """Return when the running trigger is idle, when the batch running at the call has

@@ -15,6 +15,8 @@ exports it):
   of the phase that caused it.
 """
 
+from backlog_source.core.text_enum import TextEnum
+
 # -- span names -----------------------------------------------------------------------------
 PHASE = "backlog.phase"
 BUCKET = "backlog.bucket"
@@ -62,8 +64,13 @@ APPLY_SECONDS = "backlog.mode_switch.apply_seconds"
 RESTART_SECONDS = "backlog.restart_seconds"
 QUERY_ID = "spark.query.id"
 RUN_ID = "spark.query.run_id"
-#: What ended the switch span: the new run's first batch, an idle trigger, or a stop.
+#: What ended the switch span: a :class:`SwitchEndedBy` value.
 SWITCH_ENDED_BY = "backlog.mode_switch.ended_by"
-SWITCH_ENDED_BY_BATCH = "batch"
-SWITCH_ENDED_BY_IDLE = "idle"
-SWITCH_ENDED_BY_STOP = "stop"
+
+
+class SwitchEndedBy(TextEnum):
+    """What ended a ``backlog.mode_switch`` span."""
+
+    BATCH = "batch"  # the first batch under the new interval started
+    IDLE = "idle"  # the first trigger under the new interval found nothing to read
+    STOP = "stop"  # the handle stopped, or the next switch came first

@@ -4,6 +4,7 @@ attributes each span carries (their names are in :mod:`.names`).
 * :func:`bucket_span` and :func:`phase_span`: the driver's planner worker, when
   :mod:`backlog_source.enumerator.phase_trace` reports that a bucket or the whole backlog
   phase finished. Pure: ids and times come from the checkpointed :class:`PhaseTrace`.
+* :class:`PhaseSpans`: exports the planner's finished phase and bucket spans once per run.
 * :class:`ReadSpan`: an executor's reader, for a range that crosses its bucket's boundary.
 * :class:`SwitchSpan`: the user's driver program, for one mode switch.
 
@@ -28,6 +29,30 @@ from backlog_source.core.tracing.context import (
     new_span_id,
     new_trace_id,
 )
+
+
+#: How long the planner may wait for the collector when a backlog phase ends.
+PHASE_END_FLUSH_MS = 2_000
+
+
+class PhaseSpans:
+    """The planner's finished ``backlog.phase`` and ``backlog.bucket`` spans, exported once per
+    run: a state change without new data is computed again by every poll until a batch
+    carries it, with the same ids. A phase's end is flushed at once (bounded): it triggers a
+    mode switch, and a restart-method switch ends the planner's process within milliseconds.
+    Which process: the driver's planner worker; one per query run."""
+
+    def __init__(self) -> None:
+        self._exported: set[int] = set()  # span ids
+
+    def export(self, spans: list[SpanRecord]) -> None:
+        fresh = [s for s in spans if s.ids.span_id not in self._exported]
+        if not fresh:
+            return
+        self._exported.update(s.ids.span_id for s in fresh)
+        exporter.export(fresh)
+        if any(span.name == names.PHASE for span in fresh):
+            exporter.flush(PHASE_END_FLUSH_MS)
 
 
 def bucket_span(trace: PhaseTrace, bucket: Bucket, entry: OpenBucket, finish: Finish, now_ms: int) -> SpanRecord:
@@ -114,7 +139,8 @@ class SwitchSpan:
     """``backlog.mode_switch``: one switch, from its decision (``decided_at``, wall-clock
     seconds) to the first trigger under the new interval; a child of the backlog phase
     (``phase_traceparent``) that caused it, or the root of its own trace. Exported once, by
-    :meth:`end`. Modes and method are given as their values (``"low-latency"``, ``"in-place"``)."""
+    :meth:`end`. Modes and method are string enums (``Mode``, ``SwitchMethod``), recorded as
+    their values (``"low-latency"``, ``"in-place"``)."""
 
     def __init__(self, *, phase_traceparent: str | None, decided_at: float, from_mode: str, to_mode: str,
                  method: str, batch_id: int, from_interval_s: float, to_interval_s: float, apply_seconds: float,
@@ -122,9 +148,9 @@ class SwitchSpan:
         self.decided_at = decided_at
         self._parent = SpanContextIds.parse(phase_traceparent)
         self._attributes = {
-            names.MODE_FROM: from_mode,
-            names.MODE_TO: to_mode,
-            names.SWITCH_METHOD: method,
+            names.MODE_FROM: str(from_mode),  # a string enum's str() is its value, a plain str
+            names.MODE_TO: str(to_mode),
+            names.SWITCH_METHOD: str(method),
             names.BATCH_ID: batch_id,
             names.INTERVAL_FROM_S: from_interval_s,
             names.INTERVAL_TO_S: to_interval_s,
@@ -134,9 +160,9 @@ class SwitchSpan:
             names.RUN_ID: run_id,
         }
 
-    def end(self, ended_by: str, at: float) -> None:
-        """End at ``at`` (wall-clock seconds) because of ``ended_by`` (``names.SWITCH_ENDED_BY_*``)."""
+    def end(self, ended_by: names.SwitchEndedBy, at: float) -> None:
+        """End at ``at`` (wall-clock seconds) because of ``ended_by``."""
         ids = SpanContextIds(self._parent.trace_id if self._parent else new_trace_id(), new_span_id())
         record = SpanRecord(names.MODE_SWITCH, ids, self._parent, int(self.decided_at * 1e9), int(at * 1e9),
-                            {**self._attributes, names.SWITCH_ENDED_BY: ended_by})
+                            {**self._attributes, names.SWITCH_ENDED_BY: str(ended_by)})
         exporter.export([record])

@@ -6,7 +6,6 @@ tested with a switch held on an event."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +14,16 @@ from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener
 from backlog_source.mode_switch.controller import ModeController
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated
-from tests.fakes import ChosenPolicy, FakeClock, FakeInPlaceSwitcher, FakeWriter, RefusedAttach, progress_event, source
+from tests.fakes import (
+    ChosenPolicy,
+    FakeClock,
+    FakeWriter,
+    HeldSwitcher,
+    RefusedAttach,
+    iso_timestamp,
+    progress_event,
+    source,
+)
 
 T0 = 1_800_000_000.0  # the fake wall clock's start, seconds
 
@@ -25,10 +33,10 @@ class Harness:
     one): ``emit`` delivers a progress event through the real listener to the controller,
     on the test's thread."""
 
-    def __init__(self, method="in-place", in_place=FakeInPlaceSwitcher, **policy):
+    def __init__(self, method="in-place", in_place=None, **policy):
         self.clock = FakeClock(T0)
         self.writer = FakeWriter()
-        self.policy = ChosenPolicy(method, in_place, **policy)
+        self.policy = ChosenPolicy(method, **({"in_place": in_place} if in_place else {}), **policy)
         self.switchers = self.policy.made
         self.controller = ModeController(self.writer, "0 seconds", "1 second", self.policy, clock=self.clock,
                                          settle_timeout_s=0)
@@ -51,16 +59,10 @@ class Harness:
         ``started_after_s`` after the fake clock's now; the clock then moves past it."""
         query = run or self.controller.query
         at_ms = int((self.clock.now + started_after_s) * 1000)
-        event = SimpleNamespace(progress=SimpleNamespace(
-            id=query.id, runId=query.runId, batchId=batch_id,
-            timestamp=_iso(at_ms), sources=[source(processing_backlog)]))
+        event = progress_event(query.id, query.runId, batch_id, source(processing_backlog), at_ms=at_ms)
         query.lastProgress = {"batchId": batch_id, "sources": [{"endOffset": event.progress.sources[0].endOffset}]}
         self.listener.onQueryProgress(event)
         self.clock.advance(started_after_s + 0.01)
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def test_the_first_run_starts_in_high_throughput_and_switches_in_place_once_per_phase():
@@ -123,7 +125,7 @@ def test_a_restart_follows_the_stopped_runs_last_batch():
         original_stop()
 
     old.stop = stop_after_one_more_batch
-    # still_needed sees batch 2 (backlog) as the last one, so the stop happens...
+    # While waiting, batch 2 (backlog) is the last one, so the stop happens...
     h.emit(2, True)
     assert len(h.writer.started) == 3 and h.writer.started[2].interval_ms == 1000  # ...and the new run is low latency
     assert h.controller.mode == "low-latency" and len(h.controller.transitions) == 1
@@ -135,8 +137,7 @@ def test_a_flag_that_flips_back_while_waiting_causes_no_restart():
     query = h.query
     query.lastProgress = {"batchId": 5, "sources": [{"endOffset": source(False).endOffset}]}
     # Batch 4 asked for backlog, but batch 5 (already committed) did not.
-    h.listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(
-        id=query.id, runId=query.runId, batchId=4, timestamp=_iso(int(h.clock.now * 1000)), sources=[source(True)])))
+    h.listener.onQueryProgress(progress_event(query.id, query.runId, 4, source(True), at_ms=int(h.clock.now * 1000)))
     assert not query.stopped and len(h.writer.started) == 2 and len(h.controller.transitions) == 1
 
 
@@ -171,13 +172,8 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
     writer = FakeWriter()
     release, entered = threading.Event(), threading.Event()
 
-    class SlowSwitcher(FakeInPlaceSwitcher):
-        def switch(self, interval_ms):
-            entered.set()
-            release.wait(30)
-            return super().switch(interval_ms)
-
-    controller = ModeController(writer, "0 seconds", "1 second", ChosenPolicy(in_place=SlowSwitcher))
+    policy = ChosenPolicy(in_place=lambda query, intervals: HeldSwitcher(query, intervals, release, entered))
+    controller = ModeController(writer, "0 seconds", "1 second", policy)
     handle = BacklogAwareQuery(controller, writer._spark).start()
     try:
         query = handle.query
@@ -185,7 +181,7 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
         listener.onQueryProgress(progress_event(query.id, query.runId, 0, source(False)))
         assert entered.wait(30)  # the controller thread is inside the slow switch now
         listener.onQueryProgress(progress_event(query.id, query.runId, 1, source(False)))  # returns at once
-        listener.onQueryIdle(SimpleNamespace(id=query.id, runId=query.runId, timestamp="2027-01-15T08:00:04.000Z"))
+        listener.onQueryIdle(SimpleNamespace(id=query.id, runId=query.runId, timestamp=iso_timestamp(4000)))
         assert handle.mode == "high-throughput"  # still switching, and the callbacks did not wait for it
     finally:
         release.set()

@@ -5,23 +5,28 @@ from __future__ import annotations
 import pytest
 
 from backlog_source.core.errors import ModeSwitchError
+from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.policy import SwitchPolicy
-from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher
-from tests.fakes import BackToBackQuery, FakeClock, JavaField, JavaStreamExecution, java_query
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, Switched
+from tests.fakes import BackToBackQuery, FakeClock, JavaField, JavaStreamExecution, java_query, source
+
+HIGH, LOW = Mode.HIGH_THROUGHPUT, Mode.LOW_LATENCY
+INTERVALS = {HIGH: 0, LOW: 1000}
 
 
 def test_in_place_is_prepared_without_the_running_executor_then_attached_and_reads_its_writes_back():
     field = JavaField(0)
     execution = JavaStreamExecution(field, executors=[None, None, "ready"])
-    switcher, why = SwitchPolicy().choose(java_query(execution), lambda: pytest.fail("no restart"))
+    query = java_query(execution)
+    switcher, why = SwitchPolicy().choose(query, INTERVALS, lambda: pytest.fail("no restart"))
     assert isinstance(switcher, InPlaceSwitcher) and "intervalMs is reachable" in why
     assert execution.asked == 0  # start() does not wait for the query's plan
     with pytest.raises(ModeSwitchError, match="not attached"):
-        switcher.switch(1000)
+        switcher.switch(LOW)
     clock = FakeClock(0.0)
-    assert switcher.attach(0, clock=clock, sleep=clock.sleep) is True
+    assert switcher.attach(HIGH, clock=clock, sleep=clock.sleep) is True
     assert execution.asked == 3 and clock.slept == [0.01, 0.01]  # waited for the stream thread to create it
-    switcher.switch(1000)
+    assert switcher.switch(LOW) == Switched(query, LOW)
     assert field.value == 1000
 
 
@@ -37,18 +42,18 @@ def test_in_place_is_prepared_without_the_running_executor_then_attached_and_rea
 ])
 def test_the_running_executor_is_checked_when_attaching(execution, reason):
     clock = FakeClock(0.0)
-    switcher = InPlaceSwitcher.prepare(java_query(execution()))
+    switcher = InPlaceSwitcher.prepare(java_query(execution()), INTERVALS)
     with pytest.raises(ModeSwitchError, match=reason):
-        switcher.attach(0, clock=clock, sleep=clock.sleep)
+        switcher.attach(HIGH, clock=clock, sleep=clock.sleep)
 
 
 def test_attaching_gives_up_quietly_when_the_query_ends_or_the_handle_stops_first():
     ended = JavaStreamExecution(JavaField(0), executors=[None], active=False)
-    assert InPlaceSwitcher.prepare(java_query(ended)).attach(0) is False
+    assert InPlaceSwitcher.prepare(java_query(ended), INTERVALS).attach(HIGH) is False
     clock = FakeClock(0.0)
     waiting = JavaStreamExecution(JavaField(0), executors=[None])
-    assert InPlaceSwitcher.prepare(java_query(waiting)).attach(0, cancelled=lambda: clock.now > 1, clock=clock,
-                                                               sleep=clock.sleep) is False
+    assert InPlaceSwitcher.prepare(java_query(waiting), INTERVALS).attach(HIGH, cancelled=lambda: clock.now > 1,
+                                                                          clock=clock, sleep=clock.sleep) is False
 
 
 @pytest.mark.parametrize("commits_after, waited_s", [(3, 0.03), (None, 5.0)])
@@ -56,9 +61,40 @@ def test_a_restart_under_back_to_back_batches_stops_once_the_running_batch_commi
     clock = FakeClock(0.0)
     query = BackToBackQuery(commits_after)
     started = []
-    switcher = RestartSwitcher(query, start=lambda ms: started.append(ms) or "new run", settle_timeout_s=5.0,
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: started.append(ms) or "new run", settle_timeout_s=5.0,
                                clock=clock, sleep=clock.advance)
-    assert switcher.switch(1000) == "new run" and query.stopped and started == [1000]
+    assert switcher.switch(LOW) == Switched("new run", LOW) and query.stopped and started == [1000]
     # Stopped when batch 7 committed, not after the whole settle timeout; without a commit,
     # the timeout still bounds the wait.
     assert clock.now == pytest.approx(waited_s, abs=0.011)  # one 10 ms check of float drift
+
+
+class FinishedQuery:
+    """A query whose last committed batch calls for ``after_wait`` while the switcher waits,
+    and for ``after_stop`` once stopped (a batch may commit during the stop)."""
+
+    def __init__(self, after_wait, after_stop):
+        self.after_wait, self.after_stop, self.stopped = after_wait, after_stop, False
+        self.status = {"isTriggerActive": False}
+
+    @property
+    def lastProgress(self):
+        """A dict, as PySpark's ``StreamingQueryProgress`` is one."""
+        backlog = self.after_stop if self.stopped else self.after_wait
+        return {"batchId": 9, "sources": [{"endOffset": source(processing_backlog=backlog).endOffset}]}
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_a_restart_is_not_made_when_the_batches_meanwhile_flipped_the_flag_back():
+    query = FinishedQuery(after_wait=True, after_stop=True)  # still backlog: high-throughput is right
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: pytest.fail("no restart"))
+    assert switcher.switch(LOW) == Switched(query, None) and not query.stopped
+
+
+def test_a_restart_starts_in_the_mode_the_stopped_runs_last_batch_calls_for():
+    query = FinishedQuery(after_wait=False, after_stop=True)  # a burst committed during the stop
+    started = []
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: started.append(ms) or "new run")
+    assert switcher.switch(LOW) == Switched("new run", HIGH) and started == [0]
