@@ -83,7 +83,7 @@ class StartingOffsets:
                 positions[bucket] = self._earliest_or_data_loss(
                     f"option 'startingOffsets' asks for offset {offset} of {bucket}, but its earliest "
                     f"available offset is {earliest[bucket]}: records {offset}..{earliest[bucket] - 1} are gone",
-                    "Set failOnDataLoss=false to start at the earliest offset", earliest[bucket],
+                    earliest[bucket],
                 )
             elif offset > latest[bucket]:
                 raise ConfigError(
@@ -136,7 +136,7 @@ class StartingOffsets:
                 position = self._earliest_or_data_loss(
                     f"the snapshot continues {bucket} at offset {position}, but its earliest available offset is "
                     f"{earliest[bucket]}: records {position}..{earliest[bucket] - 1} are gone",
-                    "Take a newer snapshot, or set failOnDataLoss=false", earliest[bucket],
+                    earliest[bucket], first_try="take a newer snapshot",
                 )
             positions[bucket] = position
             pending[bucket] = entry.files
@@ -145,11 +145,11 @@ class StartingOffsets:
         log.info("starting %d partition(s) of %s from snapshot %s at %s", len(covered), topic, manifest.snapshot_id, path)
         return StartingPositions(positions, SnapshotState(path, manifest.snapshot_id, pending), frozenset(snapshot_only))
 
-    def _earliest_or_data_loss(self, message: str, remedy: str, earliest: int) -> int:
+    def _earliest_or_data_loss(self, message: str, earliest: int, first_try: str | None = None) -> int:
         """A start below the earliest available offset: raise :class:`~backlog_source.core.errors.DataLossError` under
         ``failOnDataLoss``, else log it and return ``earliest``."""
-        report_data_loss(self._settings.fail_on_data_loss, message, to_continue=remedy,
-                         continuing=f"starting at {earliest}")
+        report_data_loss(self._settings.fail_on_data_loss, message, instead=f"start at the earliest offset, {earliest}",
+                         first_try=first_try)
         return earliest
 
 

@@ -351,8 +351,7 @@ def _handle_vanished(r: KafkaRange, position: int, config: ReaderConfig) -> int:
         f"{r.bucket} no longer exists; records {position}..{r.end - 1} of the batch range "
         f"[{r.start}, {r.end}) cannot be read"
     )
-    report_data_loss(config.fail_on_data_loss, message, to_continue="Set failOnDataLoss=false to skip them",
-                     continuing="skipping them")
+    report_data_loss(config.fail_on_data_loss, message, instead="skip them")
     return r.end
 
 
@@ -387,8 +386,7 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
         f"offset {position} of {r.bucket} is out of range (earliest {low}, log end {high}); "
         f"records {position}..{resume - 1} of the batch range [{r.start}, {r.end}) are gone"
     )
-    report_data_loss(config.fail_on_data_loss, message, to_continue="Set failOnDataLoss=false to skip them",
-                     continuing="skipping them")
+    report_data_loss(config.fail_on_data_loss, message, instead="skip them")
     if resume < r.end:
         _assign_afresh(consumer, tp, resume)
     return resume

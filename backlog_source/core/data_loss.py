@@ -20,14 +20,20 @@ from backlog_source.core.errors import DataLossError
 log = logging.getLogger(__name__)
 
 
-def report_data_loss(fail_on_data_loss: bool, lost: str, *, to_continue: str, continuing: str) -> None:
+def report_data_loss(fail_on_data_loss: bool, lost: str, *, instead: str, first_try: str | None = None) -> None:
     """Fail or warn about the records ``lost`` describes (which records, where, why).
 
-    ``fail_on_data_loss``: raise :class:`DataLossError` "``lost``. ``to_continue``", where
-    ``to_continue`` tells the user how to go on (usually "Set failOnDataLoss=false to ...").
-    Otherwise log a warning "``lost``; ``continuing`` (failOnDataLoss=false)", where
-    ``continuing`` says what the source does instead, and return.
+    ``instead``: what the query does without them, as the end of "Set failOnDataLoss=false
+    to ..." (``"skip them"``); ``first_try``: a remedy to suggest before that one, if any
+    (``"take a newer snapshot"``).
+
+    With ``fail_on_data_loss``, raise :class:`DataLossError` "``lost``. Set
+    failOnDataLoss=false to ``instead``" (or "``lost``. ``First try``, or set ..."). Else log
+    a warning "``lost``; failOnDataLoss=false, so the query will ``instead``" and return.
     """
     if fail_on_data_loss:
-        raise DataLossError(f"{lost}. {to_continue}")
-    log.warning("%s; %s (failOnDataLoss=false)", lost, continuing)
+        remedy = f"set failOnDataLoss=false to {instead}"
+        if first_try:
+            remedy = f"{first_try}, or {remedy}"
+        raise DataLossError(f"{lost}. {remedy[0].upper()}{remedy[1:]}")
+    log.warning("%s; failOnDataLoss=false, so the query will %s", lost, instead)

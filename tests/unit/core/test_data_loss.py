@@ -8,16 +8,20 @@ from backlog_source.core.errors import DataLossError
 
 def test_failing_raises_what_was_lost_and_how_to_continue(caplog):
     with caplog.at_level(logging.WARNING), pytest.raises(DataLossError) as raised:
-        report_data_loss(True, "records 3..9 of t-0 are gone", to_continue="Set failOnDataLoss=false to skip them",
-                         continuing="skipping them")
+        report_data_loss(True, "records 3..9 of t-0 are gone", instead="skip them")
     assert str(raised.value) == "records 3..9 of t-0 are gone. Set failOnDataLoss=false to skip them"
     assert caplog.records == []
 
 
+def test_a_remedy_to_try_first_comes_before_failOnDataLoss():
+    with pytest.raises(DataLossError) as raised:
+        report_data_loss(True, "records 5..9 are gone", instead="start at 10", first_try="take a newer snapshot")
+    assert str(raised.value) == "records 5..9 are gone. Take a newer snapshot, or set failOnDataLoss=false to start at 10"
+
+
 def test_continuing_warns_on_one_logger_and_returns(caplog):
     with caplog.at_level(logging.WARNING):
-        report_data_loss(False, "records 3..9 of t-0 are gone", to_continue="Set failOnDataLoss=false to skip them",
-                         continuing="skipping them")
+        report_data_loss(False, "records 3..9 of t-0 are gone", instead="skip them")
     [record] = caplog.records
     assert record.name == "backlog_source.core.data_loss" and record.levelno == logging.WARNING
-    assert record.getMessage() == "records 3..9 of t-0 are gone; skipping them (failOnDataLoss=false)"
+    assert record.getMessage() == "records 3..9 of t-0 are gone; failOnDataLoss=false, so the query will skip them"
