@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from datetime import datetime
 
 import pytest
 from pyspark.errors import PySparkException
@@ -12,7 +12,7 @@ from pyspark.sql.utils import AnalysisException
 
 from backlog_source.testing.broker import delete_topic
 from tests.integration.helpers import (
-    fill, log_end_offsets, make_topic, reader, settle, start_memory, wait_for, wait_for_progress,
+    fill, log_end_offsets, make_topic, reader, start_memory, wait_for, wait_for_progress,
 )
 
 pytestmark = pytest.mark.integration
@@ -130,12 +130,14 @@ def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_
     )
     try:
         wait_for_progress(query, lambda p: True, what="the first trigger")
-        started = time.monotonic()
+        first_trigger = min(trigger_started_s(p) for p in query.recentProgress)
         fill(broker, topic_name, 2, 5)  # 10 records: below the minimum
-        settle(3)
-        assert spark.table(table).count() == 0, "a batch ran below minOffsetsPerTrigger before maxTriggerDelay"
         wait_for(lambda: spark.table(table).count() == 10, 60, "the delayed batch")
-        assert time.monotonic() - started >= 3
+        # No batch read them before maxTriggerDelay had passed since the run's first trigger
+        # (a lower bound: a busy machine can only make it later). 0.5 s for the two clocks.
+        early = [(p.batchId, trigger_started_s(p) - first_trigger) for p in query.recentProgress
+                 if p.numInputRows and trigger_started_s(p) - first_trigger < 12 - 0.5]
+        assert early == [], f"batches ran below minOffsetsPerTrigger before maxTriggerDelay: {early}"
         fill(broker, topic_name, 2, 600)  # enough records: read without waiting for the delay
         wait_for(lambda: spark.table(table).count() == 10 + 1_200, 60, "the batch that met the minimum")
     finally:
@@ -228,3 +230,8 @@ def _topics(broker):
     from confluent_kafka.admin import AdminClient
 
     return set(AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics)
+
+
+def trigger_started_s(progress) -> float:
+    """When a progress event's trigger started (wall-clock seconds, Spark's clock)."""
+    return datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()

@@ -104,8 +104,9 @@ def main() -> None:
             sys.exit(3)
         if args.crash_at == "mid_backlog":
             last = query.lastProgress
-            if last is not None and last["batchId"] >= 1 and query.status["isTriggerActive"]:
-                time.sleep(0.3)
+            # Mid-batch: planned (its offsets in the write-ahead log), its tasks reading, nothing committed.
+            if (last is not None and last["batchId"] >= 1 and query.status["isTriggerActive"]
+                    and spark.sparkContext.statusTracker().getActiveStageIds()):
                 crash("a high-throughput batch is running")
         if args.crash_at == "low_latency" and handle.mode == "low-latency" and state["ll_batches"] >= 2:
             crash("in low-latency mode")

@@ -31,6 +31,7 @@ PAIRS = [
     (fakes.FakeWriter, (DataStreamWriter,), set()),
     (fakes.FakeInPlaceSwitcher, (TriggerSwitcher,), set()),
     (fakes.RefusedAttach, (TriggerSwitcher,), set()),
+    (fakes.HeldSwitcher, (TriggerSwitcher,), set()),
     (fakes.ChosenPolicy, (SwitchPolicy,), set()),
     (fakes.BackToBackQuery, (StreamingQuery,), set()),
     (fakes.RecordingReceiver, (BacklogAwareQuery,), set()),

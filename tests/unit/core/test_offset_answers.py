@@ -4,6 +4,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.offset_answers import NoValidOffsets, check_offsets, watermarks
+from tests.fakes import FakeConsumer
 
 
 def test_valid_answers_pass_through_unchanged():
@@ -23,32 +24,19 @@ def test_minus_one_is_an_answer_where_kafka_means_none_by_it():
         check_offsets({"t-0": -1001}, lowest=-1)
 
 
-class WatermarkConsumer:
-    """A confluent-kafka Consumer's get_watermark_offsets: one answer, or an exception."""
-
-    def __init__(self, answer):
-        self.answer, self.asked = answer, []
-
-    def get_watermark_offsets(self, partition, timeout=None, cached=False):
-        self.asked.append((partition, timeout, cached))
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
 def test_watermarks_ask_the_broker_not_the_cache():
-    consumer = WatermarkConsumer((3, 10))
+    consumer = FakeConsumer([], watermarks=(3, 10))
     assert watermarks(consumer, "t-0", 2.5) == (3, 10)
-    assert consumer.asked == [("t-0", 2.5, False)]
+    assert consumer.watermark_asks == [("t-0", 2.5, False)]
 
 
 @pytest.mark.parametrize("answer", [(-1001, -1001), (0, -1001), (-1, 5)])
 def test_watermarks_below_zero_are_a_failed_request(answer):
     with pytest.raises(NoValidOffsets, match=r"no valid offsets \(answered"):
-        watermarks(WatermarkConsumer(answer), "t-0", 1)
+        watermarks(FakeConsumer([], watermarks=answer), "t-0", 1)
 
 
 def test_a_failed_watermark_request_raises_what_the_consumer_raised():
     timed_out = KafkaException(KafkaError(KafkaError._TIMED_OUT))
     with pytest.raises(KafkaException):
-        watermarks(WatermarkConsumer(timed_out), "t-0", 1)
+        watermarks(FakeConsumer([], watermarks=timed_out), "t-0", 1)

@@ -5,7 +5,6 @@ The AdminClient is a fake that answers from a script; the clock and sleep are fa
 from __future__ import annotations
 
 import pickle
-from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
@@ -15,29 +14,11 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
-from tests.fakes import FakeAdmin, FakeClock, Slow
+from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
 SECRET = "s3cret-pass"
 KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", secrets={"sasl.password": SECRET})
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
-
-
-def failed(code: int, text: str = "") -> KafkaException:
-    return KafkaException(KafkaError(code, text or f"error {code}"))
-
-
-def future(value=None, error: BaseException | None = None) -> Future:
-    result: Future = Future()
-    if error is not None:
-        result.set_exception(error)
-    else:
-        result.set_result(value)
-    return result
-
-
-def offsets(values: dict[Bucket, int]):
-    """An answer to list_offsets: one resolved future per asked partition."""
-    return lambda specs: {tp: future(SimpleNamespace(offset=values[Bucket(tp.topic, tp.partition)])) for tp in specs}
 
 
 def client(script, policy=RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10), cost_s=0.0):
@@ -167,15 +148,6 @@ def test_a_log_end_still_below_after_the_retries_is_returned_for_the_caller_to_j
 def test_timestamps_without_a_record_at_or_after_them_are_none():
     offsets_client, _, _ = client([offsets({A0: 12, A1: -1})])
     assert offsets_client.offsets_for_timestamps({A0: 1, A1: 2}) == {A0: 12, A1: None}
-
-
-def describe(known: dict[str, int], topic_id="id-1", leader: int = 1):
-    def answer(topics):
-        return {name: future(SimpleNamespace(partitions=[SimpleNamespace(id=p, leader=SimpleNamespace(id=leader))
-                                                         if leader >= 0 else SimpleNamespace(id=p, leader=None)
-                                                         for p in range(known[name])], topic_id=topic_id))
-                if name in known else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
-    return answer
 
 
 def test_partition_counts_of_named_topics_leave_missing_ones_out():
