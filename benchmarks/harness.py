@@ -23,6 +23,9 @@ import threading
 import time
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ from typing import Any
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from backlog_source.demo.report import percentile
+from backlog_source.testing.apache_kafka import spark_kafka_connector_jars, start_kafka
 from backlog_source.testing.broker import create_topic, produce
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -69,6 +74,46 @@ def spark_session(jars: list | None = None, master: str = "local[*]"):
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BacklogDataSource)
     return spark
+
+
+#: The benchmark broker's heap: Kafka's start scripts give 1 GiB; the test launcher's 512 MiB
+#: default is for test sessions that run several brokers.
+BROKER_HEAP_MB = 1024
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What :func:`kafka_and_spark` yields: the broker, the session, every progress event."""
+
+    broker: Any
+    spark: Any
+    log: "ProgressLog"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap_servers
+
+
+@contextmanager
+def kafka_and_spark(*, connector: bool = False, warm_up_query: bool = True) -> Iterator[Bench]:
+    """Apache Kafka (a single node from ``make jvm``), a session as a user gets it
+    (:func:`spark_session`; with ``connector``, Spark's Kafka connector on ``spark.jars`` for
+    ``format("kafka")``), a :class:`ProgressLog` registered, and one small warm-up query
+    (``warm_up_query``), so no measured run pays the JVM's or the Python workers' cold start.
+    Spark stops before the broker, whatever happens."""
+    broker = start_kafka(heap_mb=BROKER_HEAP_MB)
+    try:
+        spark = spark_session(jars=spark_kafka_connector_jars() if connector else None)
+        try:
+            log = ProgressLog()
+            spark.streams.addListener(log.listener)
+            if warm_up_query:
+                warm_up(spark, broker.bootstrap_servers)
+            yield Bench(broker, spark, log)
+        finally:
+            spark.stop()
+    finally:
+        broker.stop()
 
 
 def timestamp_s(text: str) -> float:
@@ -223,14 +268,6 @@ def windows(timed: list[tuple[float, float]], width_s: float) -> list[dict]:
         buckets.setdefault(int((at - first) // width_s), []).append(value)
     return [{"from_s": index * width_s, "count": len(values), "p50": percentile(values, 0.5),
              "p99": percentile(values, 0.99)} for index, values in sorted(buckets.items())]
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
 
 
 def log_end_offsets(admin, topic: str, partitions: int) -> dict[int, int]:
@@ -462,6 +499,64 @@ def register_trivial_source(spark) -> None:
     find this package, so its module is pickled by value."""
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark.dataSource.register(TrivialSource)
+
+
+# ------------------------------------------------------------------ memory
+
+
+class MemorySampler:
+    """Peak JVM heap in use and peak resident memory of the JVM's Python child processes,
+    sampled every ``interval_s`` from a thread while a run lasts."""
+
+    def __init__(self, spark, interval_s: float = 0.5) -> None:
+        jvm = spark.sparkContext._jvm
+        self._memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+        self._jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.heap_peak_mib = 0.0
+        self.python_peak_mib = 0.0
+        #: The Python processes' memory when the run started (idle workers of earlier queries stay).
+        self.python_start_mib = _descendants_rss_mib(self._jvm_pid)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                heap = self._memory.getHeapMemoryUsage().getUsed() / 2**20
+                self.heap_peak_mib = max(self.heap_peak_mib, heap)
+            except Exception:  # the gateway is busy shutting down; a sample less
+                pass
+            self.python_peak_mib = max(self.python_peak_mib, _descendants_rss_mib(self._jvm_pid))
+            self._stop.wait(self._interval_s)
+
+
+def _descendants_rss_mib(root: int) -> float:
+    """Resident memory of every process below ``root`` (its Python workers), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (parent := _parent_of(int(entry))) is not None:
+            children.setdefault(parent, []).append(int(entry))
+    total_kib, pending = 0, list(children.get(root, []))
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        total_kib += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kib / 1024
 
 
 # ------------------------------------------------------------------ whose cost: CPU per process, Spark's task metrics

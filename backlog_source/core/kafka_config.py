@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from backlog_source.core.text_enum import TextEnum
 
-class IsolationLevel(str, Enum):
+
+class IsolationLevel(TextEnum):
     READ_UNCOMMITTED = "read_uncommitted"
     READ_COMMITTED = "read_committed"
 
 
-class ClientRole(str, Enum):
+class ClientRole(TextEnum):
     """Every Kafka client the project creates, by what it is for (also its ``client.id``)."""
 
     ADMIN = "admin"  # driver: metadata, offsets, control-topic creation

@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -32,13 +31,14 @@ from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
 from backlog_source.core.kafka_options import kafka_client_config
+from backlog_source.core.text_enum import TextEnum
 
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
 LATEST = -1
 EARLIEST = -2
 
 
-class StartingPoint(str, Enum):
+class StartingPoint(TextEnum):
     EARLIEST = "earliest"
     LATEST = "latest"
 

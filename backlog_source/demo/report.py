@@ -13,9 +13,9 @@ from typing import Any
 from rich.table import Table
 
 from backlog_source.demo.monitor import BatchRecord
-from backlog_source.mode_switch import Transition
+from backlog_source.mode_switch import Mode, Transition
 
-HIGH, LOW = "high-throughput", "low-latency"
+HIGH, LOW = Mode.HIGH_THROUGHPUT, Mode.LOW_LATENCY
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backlog_source.demo.monitor import Snapshot
+from backlog_source.mode_switch import Mode
 
 #: Records/s and latency are averaged over the batches of this many recent seconds.
 WINDOW_S = 10.0
@@ -27,7 +28,7 @@ def recent_rate(snapshot: Snapshot, now: float, window: float = WINDOW_S) -> flo
 def render(snapshot: Snapshot, mode: str, status: str, started_at: float, produced_live: int) -> Group:
     now = time.time()
     last = snapshot.batches[-1] if snapshot.batches else None
-    mode_style = "bold yellow" if mode == "high-throughput" else "bold green"
+    mode_style = "bold yellow" if mode == Mode.HIGH_THROUGHPUT else "bold green"
     header = Text.assemble(
         ("mode ", "dim"), (mode, mode_style),
         ("   elapsed ", "dim"), f"{now - started_at:,.0f} s",
