@@ -58,7 +58,6 @@ import time
 from dataclasses import asdict
 
 
-from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
     BATCH_TIMELINE_XLABEL,
@@ -67,6 +66,7 @@ from benchmarks.harness import (
     commit_time_reaching,
     draw_batch_timeline,
     first_trigger_at,
+    kafka_and_spark,
     log_end_offsets,
     machine,
     median_and_spread,
@@ -74,11 +74,9 @@ from benchmarks.harness import (
     record_latencies,
     results_folder,
     rotated,
-    spark_session,
     start_producer,
     timestamp_s,
     wait_until,
-    warm_up,
     with_spread,
     write_results,
 )
@@ -348,20 +346,12 @@ def main() -> None:
     names = [n.strip() for n in args.configs.split(",")]
     scenarios = [s.strip() for s in args.scenarios.split(",")]
 
-    broker = start_kafka()
-    try:
-        spark = spark_session()
-        log = ProgressLog()
-        spark.streams.addListener(log.listener)
-        warm_up(spark, broker.bootstrap_servers)
+    with kafka_and_spark() as bench:
         results: dict[str, dict[str, list[dict]]] = {s: {n: [] for n in names} for s in scenarios}
         for round_index in range(args.runs):
             for scenario in scenarios:
                 for name in rotated(names, round_index):
-                    results[scenario][name].append(run(spark, log, broker.bootstrap_servers, name, scenario, args))
-        spark.stop()
-    finally:
-        broker.stop()
+                    results[scenario][name].append(run(bench.spark, bench.log, bench.bootstrap, name, scenario, args))
     report(results, args)
 
 

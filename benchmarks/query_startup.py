@@ -33,17 +33,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
     RUNNER_MODULE,
     backlog_stream,
     first_trigger_and_total_s,
     installed_spark_home,
+    kafka_and_spark,
     machine,
     median_and_spread,
     register_trivial_source,
-    spark_session,
     spark_worker_path,
     with_spread,
     write_results,
@@ -88,23 +87,18 @@ def main() -> None:
                         help="file name of the results (pyspark_bytecode.py runs this twice)")
     args = parser.parse_args()
 
-    broker = start_kafka()
-    try:
-        create_topic(broker.bootstrap_servers, "startup", 8)
-        produce(broker.bootstrap_servers, "startup", ((i % 8, None, b"x") for i in range(800)))
-        spark = spark_session()
-        register_trivial_source(spark)
+    with kafka_and_spark(warm_up_query=False) as bench:
+        create_topic(bench.bootstrap, "startup", 8)
+        produce(bench.bootstrap, "startup", ((i % 8, None, b"x") for i in range(800)))
+        register_trivial_source(bench.spark)
         for kind in KINDS:
-            timed(spark, kind, broker.bootstrap_servers)  # warm-up
+            timed(bench.spark, kind, bench.bootstrap)  # warm-up
         runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
         imports: list[float] = []
         for _ in range(args.rounds):
             for kind in KINDS:
-                runs[kind].append(timed(spark, kind, broker.bootstrap_servers))
+                runs[kind].append(timed(bench.spark, kind, bench.bootstrap))
             imports.append(source_import_seconds())
-        spark.stop()
-    finally:
-        broker.stop()
 
     summary = {kind: {key: median_and_spread([r[key] for r in rs]) for key in ("start_to_first_trigger_s", "total_s")}
                for kind, rs in runs.items()}

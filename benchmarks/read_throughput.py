@@ -16,8 +16,9 @@ users add too), no read limit (each source's default); and by
 * ``bare_per_core``: one such process per core, the partitions dealt out among them.
 
 Per run: seconds from ``start()`` to termination (query start-up included: what a user
-waits for) and from the first trigger; Spark's ``addBatch``; Spark's task metrics (run time,
-the JVM task threads' CPU); and **whose CPU the run burned**: CPU seconds of the broker, of
+waits for) and from the first trigger; Spark's ``addBatch``; the peak JVM heap in use and the
+peak resident memory of Spark's Python processes (sampled every 0.5 s); Spark's task metrics
+(run time, the JVM task threads' CPU); and **whose CPU the run burned**: CPU seconds of the broker, of
 Spark's JVM, of the executors' Python workers, of the driver-side Python processes, and of
 the kernel threads and the bare loops, from /proc (a process is counted also once it has ended). A Python source that reads nothing is timed
 to its first trigger in every round: PySpark's share of any Python source's start-up.
@@ -44,12 +45,16 @@ import sys
 import tempfile
 import time
 
-from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+import pyspark
+
+from backlog_source.testing.apache_kafka import kafka_version
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
     CpuAccount,
+    MemorySampler,
     first_trigger_and_total_s,
     first_trigger_at,
+    kafka_and_spark,
     machine,
     median_and_spread,
     profile_python_workers,
@@ -58,7 +63,6 @@ from benchmarks.harness import (
     rotated,
     run_available_now,
     run_bare,
-    spark_session,
     stage_ids,
     summarize_profile,
     task_metrics_since,
@@ -77,7 +81,7 @@ def read_with_spark(spark, source: str, bootstrap: str, topic: str, expected: in
     df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
           .option("startingOffsets", "earliest").load())
     known = stage_ids(spark)
-    with CpuAccount() as cpu:
+    with CpuAccount() as cpu, MemorySampler(spark) as memory:
         started, wall, query = run_available_now(df)
     progress = [json.loads(p.json) for p in query.recentProgress]
     records = sum(p["numInputRows"] for p in progress)
@@ -87,7 +91,8 @@ def read_with_spark(spark, source: str, bootstrap: str, topic: str, expected: in
     return {"records": records, "seconds": wall, "records_per_s": records / wall, "from_first_trigger_s": from_first,
             "records_per_s_from_first_trigger": records / from_first, "batches": len(progress),
             "add_batch_s": sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
-            "cpu_s": cpu.seconds, **task_metrics_since(spark, known)}
+            "cpu_s": cpu.seconds, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib,
+            **task_metrics_since(spark, known)}
 
 
 def read_bare(bootstrap: str, topic: str, ends: dict[int, int], processes: int) -> dict:
@@ -107,9 +112,8 @@ def main() -> None:
     name = f"read_throughput_{args.records // 1_000_000}m_{args.partitions}p"
     cores = os.cpu_count() or 1
 
-    broker = start_kafka(heap_mb=1024)
-    try:
-        bootstrap = broker.bootstrap_servers
+    with kafka_and_spark(connector=True, warm_up_query=False) as bench:
+        spark, bootstrap = bench.spark, bench.bootstrap
         topic = "bench-read"
         create_topic(bootstrap, topic, args.partitions)
         value = b"x" * args.value_size
@@ -118,9 +122,8 @@ def main() -> None:
         print(f"produced {total:,} records in {time.perf_counter() - t0:.1f} s", flush=True)
         ends = {p: len(range(p, args.records, args.partitions)) for p in range(args.partitions)}
 
-        spark = spark_session(jars=spark_kafka_connector_jars())
         register_trivial_source(spark)
-        for source in SOURCES:  # warm-up: the JVM, the connector's classes, the Python workers
+        for source in SOURCES:  # warm-up on this topic: the connector's classes, the Python workers
             read_with_spark(spark, source, bootstrap, topic, total)
         runs: dict[str, list[dict]] = {r: [] for r in READERS}
         startups: list[float] = []
@@ -135,13 +138,7 @@ def main() -> None:
                 print(f"round {round_index}: {reader}: {run['records_per_s']:,.0f} records/s ({run['seconds']:.2f} s)",
                       flush=True)
         profile = profile_backlog(spark, bootstrap, topic, total, name) if args.profile else None
-        import pyspark
-
-        spark_version = pyspark.__version__
-        spark.stop()
-    finally:
-        broker.stop()
-    report(runs, startups, profile, args, name, total, cores, spark_version)
+    report(runs, startups, profile, args, name, total, cores, pyspark.__version__)
 
 
 def profile_backlog(spark, bootstrap: str, topic: str, total: int, name: str) -> dict:
@@ -188,14 +185,16 @@ def report(runs: dict[str, list[dict]], startups: list[float], profile: dict | N
         f"warm-up query of each source. Bare loops: confluent-kafka consumers with the source's reader settings, one "
         f"process (`bare_1`) and one per core (`bare_per_core`, {cores}); their time includes starting the processes.", "",
         "| reader | records/s from start | seconds from start | seconds from the first trigger | records/s from the "
-        "first trigger | addBatch s |", "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "first trigger | addBatch s | JVM heap peak MiB | Python RSS peak MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for reader in READERS:
         spark_only = reader in SOURCES
         lines.append(f"| `{reader}` | {with_spread(rates[reader], ',.0f')} | {with_spread(figure(reader, 'seconds'))} | "
                      + (f"{with_spread(figure(reader, 'from_first_trigger_s'))} | "
                         f"{with_spread(figure(reader, 'records_per_s_from_first_trigger'), ',.0f')} | "
-                        f"{with_spread(figure(reader, 'add_batch_s'))} |" if spark_only else " | | |"))
+                        f"{with_spread(figure(reader, 'add_batch_s'))} | {with_spread(figure(reader, 'heap_peak_mib'), '.0f')} | "
+                        f"{with_spread(figure(reader, 'python_rss_peak_mib'), '.0f')} |" if spark_only else " | | | | |"))
     lines += [
         "",
         f"- backlog / kafka from `start()`: **{ratio['kafka']:.2f}x** (target >= 1.0x; per round "

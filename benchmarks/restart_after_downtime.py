@@ -44,14 +44,14 @@ Writes ``benchmarks/results/restart_after_downtime/restart_after_downtime_<query
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
-import threading
 import time
 
 
-from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+import pyspark
+
+from backlog_source.testing.apache_kafka import kafka_version
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
     BATCH_TIMELINE_XLABEL,
@@ -60,13 +60,14 @@ from benchmarks.harness import (
     commit_time_reaching,
     draw_batch_timeline,
     fmt,
+    kafka_and_spark,
     log_end_offsets,
+    MemorySampler,
     machine,
     median_and_spread,
     percentile,
     results_folder,
     rotated,
-    spark_session,
     start_producer,
     timed_latencies,
     timestamp_s,
@@ -89,66 +90,6 @@ CONFIGS: dict[str, dict] = {
     "kafka-500k-0s": {"source": "kafka", "trigger": "0 seconds", "options": {"maxOffsetsPerTrigger": "500000"}},
 }
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-
-class MemorySampler:
-    """Peak JVM heap in use and peak resident memory of the JVM's Python child processes,
-    sampled every ``interval_s`` from a thread while a run lasts."""
-
-    def __init__(self, spark, interval_s: float = 0.5) -> None:
-        jvm = spark.sparkContext._jvm
-        self._memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
-        self._jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self.heap_peak_mib = 0.0
-        self.python_peak_mib = 0.0
-        #: The Python processes' memory when the run started (idle workers of earlier queries stay).
-        self.python_start_mib = _descendants_rss_mib(self._jvm_pid)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "MemorySampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                heap = self._memory.getHeapMemoryUsage().getUsed() / 2**20
-                self.heap_peak_mib = max(self.heap_peak_mib, heap)
-            except Exception:  # the gateway is busy shutting down; a sample less
-                pass
-            self.python_peak_mib = max(self.python_peak_mib, _descendants_rss_mib(self._jvm_pid))
-            self._stop.wait(self._interval_s)
-
-
-def _descendants_rss_mib(root: int) -> float:
-    """Resident memory of every process below ``root`` (its Python workers), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total_kib, pending = 0, list(children.get(root, []))
-    while pending:
-        pid = pending.pop()
-        pending.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total_kib += int(line.split()[1])
-        except OSError:
-            continue
-    return total_kib / 1024
 
 
 def source_frame(spark, config: dict, bootstrap: str, topic: str, query: str):
@@ -383,25 +324,15 @@ def main() -> None:
     args = parser.parse_args()
     names = [n.strip() for n in args.configs.split(",")]
 
-    broker = start_kafka(heap_mb=1024)
-    try:
-        spark = spark_session(jars=spark_kafka_connector_jars())
+    with kafka_and_spark(connector=True, warm_up_query=False) as bench:
         if args.query == "stateful":
-            spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        log = ProgressLog()
-        spark.streams.addListener(log.listener)
-        warm_up(spark, broker.bootstrap_servers, args.query)
+            bench.spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        warm_up(bench.spark, bench.bootstrap, args.query)
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for round_index in range(args.runs):
             for name in rotated(names, round_index):
-                runs[name].append(run(spark, log, broker.bootstrap_servers, name, args))
-        import pyspark
-
-        spark_version = pyspark.__version__
-        spark.stop()
-    finally:
-        broker.stop()
-    report(runs, args, spark_version)
+                runs[name].append(run(bench.spark, bench.log, bench.bootstrap, name, args))
+    report(runs, args, pyspark.__version__)
 
 
 if __name__ == "__main__":

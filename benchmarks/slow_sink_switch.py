@@ -42,15 +42,13 @@ import time
 from collections import Counter
 
 
-from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
+    kafka_and_spark,
     machine,
     median_and_spread,
     rotated,
-    spark_session,
     wait_until,
-    warm_up,
     with_spread,
     write_results,
 )
@@ -198,17 +196,11 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=20_000)
     parser.add_argument("--results-name", default="slow_sink_switch")
     args = parser.parse_args()
-    broker = start_kafka()
-    try:
-        spark = spark_session()
-        warm_up(spark, broker.bootstrap_servers)
+    with kafka_and_spark() as bench:
         results: dict[str, list[dict]] = {m: [] for m in METHODS}
         for round_index in range(args.runs):
             for method in rotated(list(METHODS), round_index):
-                results[method].append(run(spark, broker.bootstrap_servers, method, args))
-        spark.stop()
-    finally:
-        broker.stop()
+                results[method].append(run(bench.spark, bench.bootstrap, method, args))
     report(results, args)
 
 

@@ -25,14 +25,13 @@ import tempfile
 import time
 
 
-from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
     backlog_stream,
+    kafka_and_spark,
     machine,
     median_and_spread,
     run_available_now,
-    spark_session,
     with_spread,
     write_results,
 )
@@ -66,10 +65,9 @@ def main() -> None:
 
     from backlog_source.snapshot import take_snapshot
 
-    broker = start_kafka()
     work = tempfile.mkdtemp(prefix="bench-snapshot-")
-    try:
-        bootstrap, topic, value = broker.bootstrap_servers, "bench-snapshot", b"v" * 100
+    with kafka_and_spark(warm_up_query=False) as bench:
+        spark, bootstrap, topic, value = bench.spark, bench.bootstrap, "bench-snapshot", b"v" * 100
         create_topic(bootstrap, topic, PARTITIONS)
         t0 = time.perf_counter()
         produce(bootstrap, topic, updates(1, args.updates, args.keys, value))
@@ -81,16 +79,12 @@ def main() -> None:
         print(f"snapshot of {snapshot_rows:,} keys in {snapshot_seconds:.1f} s")
         produce(bootstrap, topic, updates(2, args.tail, args.keys, value))
 
-        spark = spark_session()
         timed_query(spark, bootstrap, topic, **{"snapshot.path": f"{work}/snapshot"})  # warm-up
         runs: dict[str, list[dict]] = {"replay": [], "snapshot": []}
         for _ in range(args.repeats):
             runs["replay"].append(timed_query(spark, bootstrap, topic))
             runs["snapshot"].append(timed_query(spark, bootstrap, topic, **{"snapshot.path": f"{work}/snapshot"}))
             print({name: f"{r[-1]['seconds']:.1f} s, {r[-1]['rows']:,} rows" for name, r in runs.items()})
-        spark.stop()
-    finally:
-        broker.stop()
 
     seconds = {name: median_and_spread([r["seconds"] for r in rs]) for name, rs in runs.items()}
     per_round = [replay["seconds"] / snap["seconds"] for replay, snap in zip(runs["replay"], runs["snapshot"])]

@@ -1,7 +1,7 @@
 """What tracing costs: the same backlog drained with OTLP export on and off, in one run.
 
-One broker, one topic, one SparkSession. Runs alternate (off, on, off, on, ...) so drift in
-the machine's speed hits both alike. Each run drains the whole topic from earliest with
+One broker, one topic, one SparkSession with Spark's defaults. Rounds of both settings in
+rotated order, so drift in the machine's speed hits both alike. Each run drains the whole topic from earliest with
 ``Trigger.AvailableNow`` into the ``noop`` sink in several batches (``maxOffsetsPerTrigger``),
 so every bucket starts and finishes a backlog phase: the enumerator exports bucket and phase
 spans, the readers that cross a boundary export and flush ``backlog.read`` spans.
@@ -21,21 +21,23 @@ Writes ``benchmarks/results/tracing_cost/tracing_cost.json`` and ``.md``. Target
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 import time
 
 from backlog_source.datasource import set_worker_environment
-from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic, produce
 from backlog_source.testing.otlp_receiver import OtlpReceiver
 from benchmarks.harness import (
+    kafka_and_spark,
     machine,
-    results_folder,
+    median_and_spread,
+    rotated,
     run_source,
+    with_spread,
+    write_results,
 )
+
+SETTINGS = ("off", "on")
 
 
 def drain(spark, bootstrap: str, topic: str, expected: int, per_trigger: int) -> dict:
@@ -51,92 +53,67 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6, help="runs of each setting, interleaved")
     args = parser.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    broker = start_kafka()
     receiver = OtlpReceiver().start()
     try:
-        topic = "bench-tracing"
-        create_topic(broker.bootstrap_servers, topic, args.partitions)
-        per = args.records // args.partitions
-        value = b"x" * args.value_size
-        total = produce(broker.bootstrap_servers, topic, ((i % args.partitions, None, value) for i in range(per * args.partitions)))
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "bench-tracing"}
-        per_trigger = max(1, total // args.batches)
-        runs: dict[str, list[dict]] = {"off": [], "on": []}
-        # Warm-up, not recorded: each setting gets its own pool of Python workers (Spark keys
-        # workers by their environment), and the first run of each pays their start-up.
-        for env in (on_env, dict.fromkeys(on_env)):
-            set_worker_environment(spark, env)
-            drain(spark, broker.bootstrap_servers, topic, total, per_trigger)
-        for _ in range(args.repeats):
-            for setting in ("off", "on"):
-                set_worker_environment(spark, on_env if setting == "on" else dict.fromkeys(on_env))
-                spans_before = len(receiver.spans)
-                result = drain(spark, broker.bootstrap_servers, topic, total, per_trigger)
-                time.sleep(0.5)  # let the driver's batch processor deliver before counting
-                result["spans_received"] = len(receiver.spans) - spans_before
-                runs[setting].append(result)
-                print(f"{setting}: {result['records_per_s']:,.0f} records/s, {result['spans_received']} spans")
-        spark.stop()
+        with kafka_and_spark(warm_up_query=False) as bench:
+            runs, total = measure(bench, receiver, args)
     finally:
         receiver.stop()
-        broker.stop()
+    report(runs, total, args)
 
-    median = {s: statistics.median(r["records_per_s"] for r in rs) for s, rs in runs.items()}
-    best = {s: max(r["records_per_s"] for r in rs) for s, rs in runs.items()}
-    cost_median = 1 - median["on"] / median["off"]
-    cost_best = 1 - best["on"] / best["off"]
-    summary = {
-        "command": "python -m benchmarks.tracing_cost " + " ".join(sys.argv[1:]),
-        "machine": machine(),
-        "records": total,
-        "partitions": args.partitions,
-        "batches_per_drain": args.batches,
-        "runs": runs,
-        "median_records_per_s": median,
-        "best_records_per_s": best,
-        "cost_median": cost_median,
-        "cost_best": cost_best,
-        "spread_off": (max(r["records_per_s"] for r in runs["off"]) - min(r["records_per_s"] for r in runs["off"]))
-        / median["off"],
-    }
-    (results_folder("tracing_cost") / "tracing_cost.json").write_text(json.dumps(summary, indent=2) + "\n")
-    rows = "\n".join(
-        f"| {s} | {median[s]:,.0f} | {best[s]:,.0f} | {statistics.median(r['spans_received'] for r in runs[s]):.0f} |"
-        for s in ("off", "on")
-    )
-    (results_folder("tracing_cost") / "tracing_cost.md").write_text(
-        f"""# Tracing cost
 
-Command: `{summary['command']}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']})
+def measure(bench, receiver: OtlpReceiver, args) -> tuple[dict[str, list[dict]], int]:
+    """Runs with tracing off and on, in rotated order after a warm-up of each."""
+    spark, bootstrap = bench.spark, bench.bootstrap
+    topic = "bench-tracing"
+    create_topic(bootstrap, topic, args.partitions)
+    per = args.records // args.partitions
+    value = b"x" * args.value_size
+    total = produce(bootstrap, topic, ((i % args.partitions, None, value) for i in range(per * args.partitions)))
+    on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "bench-tracing"}
+    environments = {"on": on_env, "off": dict.fromkeys(on_env)}
+    per_trigger = max(1, total // args.batches)
+    # Warm-up, not recorded: each setting gets its own pool of Python workers (Spark keys
+    # workers by their environment), and the first run of each pays their start-up.
+    for env in environments.values():
+        set_worker_environment(spark, env)
+        drain(spark, bootstrap, topic, total, per_trigger)
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    for round_index in range(args.repeats):
+        for setting in rotated(list(SETTINGS), round_index):
+            set_worker_environment(spark, environments[setting])
+            spans_before = len(receiver.spans)
+            result = drain(spark, bootstrap, topic, total, per_trigger)
+            time.sleep(0.5)  # the planner's last spans are in flight when the query returns
+            result["spans_received"] = len(receiver.spans) - spans_before
+            runs[setting].append(result)
+            print(f"{setting}: {result['records_per_s']:,.0f} records/s, {result['spans_received']} spans", flush=True)
+    return runs, total
 
-{total:,} records over {args.partitions} partitions, drained from earliest in {args.batches} batches with
-`Trigger.AvailableNow`; {args.repeats} runs per setting, interleaved.
 
-| tracing | median records/s | best records/s | spans per run |
-| --- | ---: | ---: | ---: |
-{rows}
-
-- cost (median vs median): **{cost_median:.1%}** (target <= 3%)
-- cost (best vs best): {cost_best:.1%}
-- run-to-run spread with tracing off: {summary['spread_off']:.1%} of the median, so differences
-  smaller than that are noise.
-
-Spans per run: one `backlog.read` per bucket (only splits that cross a boundary trace), and the
-bucket and phase spans the enumerator exports once the finish events are handled (an
-AvailableNow run can stop before handling the last ones).
-"""
-    )
-    print(json.dumps({"cost_median": cost_median, "cost_best": cost_best}))
+def report(runs: dict[str, list[dict]], total: int, args) -> None:
+    rates = {s: median_and_spread([r["records_per_s"] for r in rs]) for s, rs in runs.items()}
+    spans = {s: median_and_spread([r["spans_received"] for r in rs]) for s, rs in runs.items()}
+    cost = 1 - rates["on"]["median"] / rates["off"]["median"]
+    per_round = [1 - on["records_per_s"] / off["records_per_s"] for on, off in zip(runs["on"], runs["off"])]
+    command = "python -m benchmarks.tracing_cost " + " ".join(sys.argv[1:])
+    summary = {"command": command, "machine": machine(), "records": total, "partitions": args.partitions,
+               "batches_per_drain": args.batches, "runs": runs, "records_per_s": rates, "cost_median": cost,
+               "cost_per_round": per_round}
+    write_results("tracing_cost", "tracing_cost", summary, [
+        "# Tracing cost", "",
+        f"Command: `{command}` ({summary['machine']['cpus']} cores, Python {summary['machine']['python']}, Spark's "
+        "default settings, Apache Kafka)", "",
+        f"{total:,} records over {args.partitions} partitions, drained from earliest in {args.batches} batches with "
+        f"`Trigger.AvailableNow`; {args.repeats} rounds in rotated order after a warm-up of each; median (min-max).", "",
+        "| tracing | records/s | spans per run |", "| --- | ---: | ---: |",
+        *(f"| {s} | {with_spread(rates[s], ',.0f')} | {with_spread(spans[s], '.0f')} |" for s in SETTINGS), "",
+        f"- cost (median vs median): **{cost:.1%}** (target <= 3%; per round {min(per_round):.1%} to {max(per_round):.1%})",
+        "",
+        "Spans per run: one `backlog.read` per bucket (only splits that cross a boundary trace), and the bucket and "
+        "phase spans the enumerator exports once the finish events are handled (an AvailableNow run can stop before "
+        "handling the last ones).",
+    ])
 
 
 if __name__ == "__main__":
