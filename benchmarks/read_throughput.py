@@ -16,8 +16,9 @@ users add too), no read limit (each source's default); and by
 * ``bare_per_core``: one such process per core, the partitions dealt out among them.
 
 Per run: seconds from ``start()`` to termination (query start-up included: what a user
-waits for) and from the first trigger; Spark's ``addBatch``; the peak JVM heap in use and the
-peak resident memory of Spark's Python processes (sampled every 0.5 s); Spark's task metrics
+waits for) and from the first trigger; Spark's ``addBatch``; the peak JVM heap in use and how
+much the resident memory of Spark's Python processes grew in the run (sampled every 0.5 s;
+idle workers of earlier queries are there from the start); Spark's task metrics
 (run time, the JVM task threads' CPU); and **whose CPU the run burned**: CPU seconds of the broker, of
 Spark's JVM, of the executors' Python workers, of the driver-side Python processes, and of
 the kernel threads and the bare loops, from /proc (a process is counted also once it has ended). A Python source that reads nothing is timed
@@ -91,7 +92,9 @@ def read_with_spark(spark, source: str, bootstrap: str, topic: str, expected: in
     return {"records": records, "seconds": wall, "records_per_s": records / wall, "from_first_trigger_s": from_first,
             "records_per_s_from_first_trigger": records / from_first, "batches": len(progress),
             "add_batch_s": sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
-            "cpu_s": cpu.seconds, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib,
+            "cpu_s": cpu.seconds, "heap_peak_mib": memory.heap_peak_mib,
+            # Idle Python workers of earlier queries stay until Spark reaps them: what this run added.
+            "python_rss_growth_mib": memory.python_peak_mib - memory.python_start_mib,
             **task_metrics_since(spark, known)}
 
 
@@ -185,7 +188,7 @@ def report(runs: dict[str, list[dict]], startups: list[float], profile: dict | N
         f"warm-up query of each source. Bare loops: confluent-kafka consumers with the source's reader settings, one "
         f"process (`bare_1`) and one per core (`bare_per_core`, {cores}); their time includes starting the processes.", "",
         "| reader | records/s from start | seconds from start | seconds from the first trigger | records/s from the "
-        "first trigger | addBatch s | JVM heap peak MiB | Python RSS peak MiB |",
+        "first trigger | addBatch s | JVM heap peak MiB | Python RSS growth MiB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for reader in READERS:
@@ -194,7 +197,7 @@ def report(runs: dict[str, list[dict]], startups: list[float], profile: dict | N
                      + (f"{with_spread(figure(reader, 'from_first_trigger_s'))} | "
                         f"{with_spread(figure(reader, 'records_per_s_from_first_trigger'), ',.0f')} | "
                         f"{with_spread(figure(reader, 'add_batch_s'))} | {with_spread(figure(reader, 'heap_peak_mib'), '.0f')} | "
-                        f"{with_spread(figure(reader, 'python_rss_peak_mib'), '.0f')} |" if spark_only else " | | | | |"))
+                        f"{with_spread(figure(reader, 'python_rss_growth_mib'), '.0f')} |" if spark_only else " | | | | |"))
     lines += [
         "",
         f"- backlog / kafka from `start()`: **{ratio['kafka']:.2f}x** (target >= 1.0x; per round "
