@@ -218,12 +218,12 @@ FIGURES = ("drain_s", "latency_p50_s", "latency_p99_s", "largest_batch_records",
            "live_records_after_drain")
 
 
-def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
-    """This source's drain and p99 against the fastest and best ``format("kafka")``
+def compare(summaries: dict[str, dict], runs: dict[str, list[dict]], ours_name: str) -> dict:
+    """``ours_name``'s drain and p99 against the fastest and best ``format("kafka")``
     configurations. A configuration whose drain outlasted the live traffic has no p99 (no
     record after its drain): it is left out of the p99 comparison, and a ratio that cannot be
     taken is None."""
-    ours = summaries["backlog-adaptive"]
+    ours = summaries[ours_name]
     kafka = {n: s for n, s in summaries.items() if n.startswith("kafka-")}
     with_p99 = {n: s for n, s in kafka.items() if s["latency_p99_s"]["median"] is not None}
     fastest = min(kafka, key=lambda n: kafka[n]["drain_s"]["median"])
@@ -238,6 +238,7 @@ def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
                 and (ours_p99 is None or theirs_p99 < ours_p99))
 
     return {
+        "ours": ours_name,
         "drain_vs_fastest_kafka": ratio(ours["drain_s"]["median"], kafka[fastest]["drain_s"]["median"]),
         "fastest_kafka": fastest,
         "p99_vs_best_kafka": ratio(ours["latency_p99_s"]["median"],
@@ -245,9 +246,9 @@ def compare(summaries: dict[str, dict], runs: dict[str, list[dict]]) -> dict:
         "best_p99_kafka": best_p99,
         "kafka_better_on_both": [n for n, s in kafka.items() if better_on_both(s)],
         "per_round_drain_vs_fastest": [ratio(a["drain_s"], k["drain_s"])
-                                       for a, k in zip(runs["backlog-adaptive"], runs[fastest])],
+                                       for a, k in zip(runs[ours_name], runs[fastest])],
         "per_round_p99_vs_best": [ratio(a["latency_p99_s"], k["latency_p99_s"])
-                                  for a, k in zip(runs["backlog-adaptive"], runs[best_p99])] if best_p99 else [],
+                                  for a, k in zip(runs[ours_name], runs[best_p99])] if best_p99 else [],
     }
 
 
@@ -256,7 +257,8 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
     command = "python -m benchmarks.restart_after_downtime " + " ".join(sys.argv[1:])
     summaries = {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
                  for n, rs in runs.items()}
-    compared = compare(summaries, runs) if "backlog-adaptive" in runs and any(n.startswith("kafka-") for n in runs) else None
+    ours = [n for n in runs if n.startswith("backlog-")]
+    compared = ([compare(summaries, runs, n) for n in ours] if any(n.startswith("kafka-") for n in runs) else [])
     summary = {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": spark_version,
                "query": args.query, "runs_per_config": args.runs, "backlog": args.backlog, "rate": args.rate,
                "live_seconds": args.live_seconds, "configs": {n: CONFIGS[n] for n in runs},
@@ -283,9 +285,8 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
                      f"{with_spread(s['largest_batch_s'], '.1f')} | {with_spread(s['batches_to_drain'], '.0f')} | "
                      f"{with_spread(s['heap_peak_mib'], '.0f')} | {with_spread(s['python_rss_peak_mib'], '.0f')} "
                      f"(+{with_spread(s['python_rss_growth_mib'], '.0f')}) |")
-    if compared:
-        c = compared
-        lines += ["",
+    for c in compared:
+        lines += ["", f"{c['ours']}:",
                   f"- drain / fastest `format(\"kafka\")` drain ({c['fastest_kafka']}): "
                   f"**{fmt(c['drain_vs_fastest_kafka'])}x** (target <= 1.0x; per round "
                   f"{', '.join(f'{fmt(r)}x' for r in c['per_round_drain_vs_fastest'])})",
