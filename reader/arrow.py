@@ -1,6 +1,6 @@
 """confluent-kafka messages -> one Arrow record batch in the source's output schema.
 
-Hot path, measured in ``benchmarks/read_throughput.py`` and ``benchmarks/versus_spark_kafka.py``:
+Hot path, measured in ``benchmarks/read_throughput.py`` (against format("kafka") and bare loops):
 each column is ``map`` of a C method of confluent's ``Message`` over the batch (no Python
 bytecode per message); constant columns are built by Arrow. Timestamps come out of one pass
 into a NumPy array (``(type, ms)`` pairs side by side; unzipping the tuples cost more than
