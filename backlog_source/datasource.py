@@ -44,6 +44,7 @@ from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
 from backlog_source.enumerator.splits import plan_splits
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
+from backlog_source.reader.worker_heap import freeze_once
 
 
 class BacklogDataSource(DataSource):
@@ -206,6 +207,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        freeze_once()
         if isinstance(partition, SnapshotSplit):
             return read_snapshot_split(partition, self.reader_config)
         if not isinstance(partition, KafkaSplit):
