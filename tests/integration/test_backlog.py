@@ -112,15 +112,20 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
             offset = offsets_of(p)
             return {**offset["backlog"].get(second, {}), **offset["finishing"].get(second, {})}
 
-        wait_for_progress(query, lambda p: tracked(p), what="a boundary for the new topic")
-        discovered = next(p for p in query.recentProgress if tracked(p))
-        # The boundary is the log end when the topic was discovered, which may be mid-produce:
-        # a partition still empty then has nothing to catch up and gets no boundary. The batch
-        # that discovers the topic already reads every partition of it (from its earliest offset).
-        for partition, boundary in tracked(discovered).items():
-            assert 0 < boundary <= second_end[partition]
+        def found(p):
+            return second in offsets_of(p)["starts"]
+
+        # Waits on the discovery itself, not on a boundary: make_topic creates the topic before
+        # it produces, so discovery may fall in between, and a partition still empty then has
+        # nothing to catch up and gets no boundary (if both are, no boundary ever comes).
+        wait_for_progress(query, found, what="the batch that discovers the new topic")
+        discovered = next(p for p in query.recentProgress if found(p))
+        # The batch that discovers the topic reads every partition of it from its earliest
+        # offset; a boundary is the log end at discovery, so never past what was produced.
         assert set(offsets_of(discovered)["starts"][second]) == {"0", "1"}
         assert set(tracked(discovered)) <= {"0", "1"}
+        for partition, boundary in tracked(discovered).items():
+            assert 0 < boundary <= second_end[partition]
         assert first in offsets_of(discovered)["backlog"]  # still mid-backlog
     finally:
         query.stop()
