@@ -238,6 +238,28 @@ def record_latencies(topic: str, progress: list[dict], delivered: list[tuple[int
     return [latency for _, latency in timed_latencies(topic, progress, delivered)]
 
 
+#: Spark's steps of a micro-batch, in the order it runs them (``durationMs`` of a progress event).
+BATCH_STEPS = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def step_medians(progress: list[dict]) -> dict[str, float | None]:
+    """The median milliseconds of each of Spark's steps over ``progress``: where a batch's time
+    goes, and so whose cost it is (the source's: ``latestOffset``, part of ``queryPlanning``
+    and ``addBatch``; Spark's: the two commits)."""
+    return {step: percentile([p["durationMs"][step] for p in progress if step in p["durationMs"]], 0.50)
+            for step in BATCH_STEPS}
+
+
+def step_table(runs: dict[str, list[dict]], key: str) -> list[str]:
+    """Markdown rows: per configuration, the median over rounds of each step in ``run[key]``."""
+    lines = ["| configuration | " + " | ".join(BATCH_STEPS) + " |", "| --- |" + " ---: |" * len(BATCH_STEPS)]
+    for config, rs in runs.items():
+        medians = [median_and_spread([r[key][step] for r in rs if r.get(key) and r[key].get(step) is not None])["median"]
+                   for step in BATCH_STEPS]
+        lines.append(f"| {config} | " + " | ".join(fmt(m, ".0f") for m in medians) + " |")
+    return lines
+
+
 def timed_latencies(topic: str, progress: list[dict], delivered: list[tuple[int, int, int]]) -> list[tuple[float, float]]:
     """``(produced at, latency)`` in seconds for every delivered record that a batch read."""
     batches = batch_ends(progress)

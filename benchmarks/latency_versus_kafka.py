@@ -58,6 +58,8 @@ from benchmarks.harness import (
     produce_and_catch_up,
     rotated,
     spark_session,
+    step_medians,
+    step_table,
     start_producer,
     timed_latencies,
     wait_until,
@@ -115,7 +117,7 @@ def run_latency(spark, log: ProgressLog, bootstrap: str, source: str, trigger: s
     latencies = steady_and_whole(timed, args.settle_seconds) if kept_up else steady_and_whole([], 0)
     return {"records": len(delivered), "records_unread": len(delivered) - len(timed), "kept_up": kept_up,
             "batches": len(progress), "batch_p50_s": percentile(seconds, 0.50), "batch_p99_s": percentile(seconds, 0.99),
-            **latencies}
+            "steps_p50_ms": step_medians(progress), **latencies}
 
 
 def run_idle(spark, proxy, bootstrap: str, source: str, trigger: str, partitions: int) -> float:
@@ -261,6 +263,8 @@ def report(runs: dict[str, list[dict]], idle: dict[str, list[float]], triggers: 
         lines.append(f"| {config} | {s['kept_up']} | " + " | ".join(
             with_spread(s[f], ".0f" if f == "records_unread" else ".3f") for f in LATENCY_FIGURES)
             + f" | {with_spread(s['idle_driver_requests_per_s'], '.1f')} |")
+    lines += ["", "Where a batch with data spends its time: the median milliseconds of each of Spark's steps "
+              "(`durationMs`), median over rounds.", "", *step_table(runs, "steps_p50_ms")]
     lines.append("")
     ratios = {}
     for trigger in triggers:

@@ -69,6 +69,7 @@ from benchmarks.harness import (
     results_folder,
     rotated,
     start_producer,
+    step_table,
     timed_latencies,
     timestamp_s,
     wait_until,
@@ -177,6 +178,9 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
         "latency_p99_s": percentile(after_drain, 0.99),
         "largest_batch_records": largest["numInputRows"],
         "largest_batch_s": largest["durationMs"]["triggerExecution"] / 1000,
+        # Spark's steps of that batch: the source's (latestOffset, addBatch) apart from Spark's commits.
+        "largest_batch_steps_ms": largest["durationMs"],
+        "first_trigger_s": timestamp_s(log.of(query_id)[0]["timestamp"]) - called,
         "slowest_batch_s": slowest["durationMs"]["triggerExecution"] / 1000,
         "batches_to_drain": sum(1 for b in batch_ends(progress) if b["committed"] <= drained_at),
         "batches_after": sum(1 for b in batch_ends(progress) if b["committed"] > drained_at),
@@ -213,7 +217,7 @@ def warm_up(spark, bootstrap: str, query: str) -> None:
             done.awaitTermination()
 
 
-FIGURES = ("drain_s", "latency_p50_s", "latency_p99_s", "largest_batch_records", "largest_batch_s", "slowest_batch_s",
+FIGURES = ("drain_s", "first_trigger_s", "latency_p50_s", "latency_p99_s", "largest_batch_records", "largest_batch_s", "slowest_batch_s",
            "batches_to_drain", "batches_after", "heap_peak_mib", "python_rss_peak_mib", "python_rss_growth_mib",
            "live_records_after_drain")
 
@@ -275,16 +279,19 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
         "rotated order (min-max) after a warm-up query per source. Latency: records produced after the drain, "
         "produce timestamp -> batch committed. Memory: peaks sampled every 0.5 s (JVM heap in use; resident memory "
         "of the JVM's Python processes).", "",
-        "| configuration | drain s | live p50 s | live p99 s | largest batch (records) | its time s | batches to "
+        "| configuration | drain s | start -> first trigger s | live p50 s | live p99 s | largest batch (records) | its time s | batches to "
         "drain | heap peak MiB | Python RSS peak MiB (growth in the run) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for n, s in summaries.items():
-        lines.append(f"| {n} | {with_spread(s['drain_s'], '.1f')} | {with_spread(s['latency_p50_s'])} | "
+        lines.append(f"| {n} | {with_spread(s['drain_s'], '.1f')} | {with_spread(s['first_trigger_s'])} | "
+                     f"{with_spread(s['latency_p50_s'])} | "
                      f"{with_spread(s['latency_p99_s'])} | {with_spread(s['largest_batch_records'], ',.0f')} | "
                      f"{with_spread(s['largest_batch_s'], '.1f')} | {with_spread(s['batches_to_drain'], '.0f')} | "
                      f"{with_spread(s['heap_peak_mib'], '.0f')} | {with_spread(s['python_rss_peak_mib'], '.0f')} "
                      f"(+{with_spread(s['python_rss_growth_mib'], '.0f')}) |")
+    lines += ["", "The largest batch, by Spark's steps (`durationMs`, ms, median over rounds):", "",
+              *step_table(runs, "largest_batch_steps_ms")]
     for c in compared:
         lines += ["", f"{c['ours']}:",
                   f"- drain / fastest `format(\"kafka\")` drain ({c['fastest_kafka']}): "
