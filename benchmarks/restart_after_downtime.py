@@ -180,7 +180,8 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
         "largest_batch_s": largest["durationMs"]["triggerExecution"] / 1000,
         # Spark's steps of that batch: the source's (latestOffset, addBatch) apart from Spark's commits.
         "largest_batch_steps_ms": largest["durationMs"],
-        "first_trigger_s": timestamp_s(log.of(query_id)[0]["timestamp"]) - called,
+        # The query id is the checkpoint's, so the earlier run's progress is in the log too.
+        "first_trigger_s": min(t for p in log.of(query_id) if (t := timestamp_s(p["timestamp"])) >= called) - called,
         "slowest_batch_s": slowest["durationMs"]["triggerExecution"] / 1000,
         "batches_to_drain": sum(1 for b in batch_ends(progress) if b["committed"] <= drained_at),
         "batches_after": sum(1 for b in batch_ends(progress) if b["committed"] > drained_at),
