@@ -485,6 +485,26 @@ def draw_batch_timeline(ax, run: dict, title: str) -> None:
     ax.tick_params(labelsize=7)
 
 
+def save_batch_timelines(columns: dict[str, dict[str, dict]], path: Path) -> None:
+    """One PNG of :func:`draw_batch_timeline` panels: a column per key of ``columns`` (a
+    scenario; ``""`` for none), a row per configuration, each panel one run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(next(iter(columns.values())).keys())
+    fig, axes = plt.subplots(len(rows), len(columns), figsize=(7 * len(columns) + 2 * (len(columns) == 1),
+                                                               1.9 * len(rows)), sharex="col", squeeze=False)
+    for column, (scenario, by_row) in enumerate(columns.items()):
+        for row, name in enumerate(rows):
+            draw_batch_timeline(axes[row, column], by_row[name], f"{scenario} / {name}" if scenario else name)
+        axes[-1, column].set_xlabel(BATCH_TIMELINE_XLABEL, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------ a trivial Python source
 
 

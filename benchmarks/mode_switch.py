@@ -60,11 +60,9 @@ from dataclasses import asdict
 
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
-    BATCH_TIMELINE_XLABEL,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
-    draw_batch_timeline,
     first_trigger_at,
     kafka_and_spark,
     log_end_offsets,
@@ -73,6 +71,7 @@ from benchmarks.harness import (
     percentile,
     record_latencies,
     results_folder,
+    save_batch_timelines,
     rotated,
     start_producer,
     timestamp_s,
@@ -314,20 +313,9 @@ def report(results: dict, args) -> None:
 
 def plot(results: dict, results_name: str) -> None:
     """Records per batch over time for the first run of every configuration, per scenario."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(next(iter(results.values())).keys())
-    fig, axes = plt.subplots(len(names), len(results), figsize=(7 * len(results), 1.9 * len(names)),
-                             sharex="col", squeeze=False)
-    for column, (scenario, by_name) in enumerate(results.items()):
-        for row, name in enumerate(names):
-            draw_batch_timeline(axes[row, column], by_name[name][0], f"{scenario} / {name}")
-        axes[-1, column].set_xlabel(BATCH_TIMELINE_XLABEL, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(results_folder("mode_switch") / f"{results_name}.png", dpi=90)
+    save_batch_timelines({scenario: {name: runs[0] for name, runs in by_name.items()}
+                          for scenario, by_name in results.items()},
+                         results_folder("mode_switch") / f"{results_name}.png")
 
 
 def main() -> None:

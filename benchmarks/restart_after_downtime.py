@@ -54,11 +54,9 @@ import pyspark
 from backlog_source.testing.apache_kafka import kafka_version
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
-    BATCH_TIMELINE_XLABEL,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
-    draw_batch_timeline,
     fmt,
     kafka_and_spark,
     log_end_offsets,
@@ -67,6 +65,7 @@ from benchmarks.harness import (
     median_and_spread,
     percentile,
     results_folder,
+    save_batch_timelines,
     rotated,
     start_producer,
     step_table,
@@ -308,17 +307,8 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
 
 def plot(runs: dict[str, list[dict]], name: str) -> None:
     """Records per batch over time, first round of every configuration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.9 * len(runs)), sharex=True, squeeze=False)
-    for row, (config, results) in enumerate(runs.items()):
-        draw_batch_timeline(axes[row, 0], results[0], config)
-    axes[-1, 0].set_xlabel(BATCH_TIMELINE_XLABEL, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(results_folder("restart_after_downtime") / f"{name}.png", dpi=90)
+    save_batch_timelines({"": {config: results[0] for config, results in runs.items()}},
+                         results_folder("restart_after_downtime") / f"{name}.png")
 
 
 def main() -> None:

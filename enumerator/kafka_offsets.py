@@ -9,9 +9,9 @@ The AdminClient is created on first use, kept for the life of the client (one co
 for every batch of the run), and never pickled.
 
 Every call is bounded by one deadline, ``kafka.default.api.timeout.ms`` (30 s by default),
-retries included, as Spark's Kafka source bounds its driver requests by the Java client's
-setting of that name. Inside the deadline a failed request is retried
-``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart, and a request
+retries included (Spark's Kafka source gives each of its attempts the Java admin client's
+timeout of that name, 60 s by default). Inside the deadline a failed request is retried
+``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (1 s, Spark's), and a request
 that fails fast ("not leader for partition" from a broker that just came back) is asked
 again inside its attempt, as the Java admin client does (:meth:`KafkaOffsetsClient._call`). Errors that
 retrying cannot fix (a rejected configuration, failed authentication, missing
@@ -106,7 +106,7 @@ class RequestPolicy:
 
     timeout_ms: int = 30_000
     num_retries: int = 3
-    retry_interval_ms: int = 10
+    retry_interval_ms: int = 1_000
 
     @classmethod
     def of(cls, settings: SourceSettings) -> "RequestPolicy":

@@ -245,9 +245,13 @@ class SourceSettings(BaseModel):
     include_headers: StrictBool = Field(False, alias="includeHeaders")
     poll_timeout_ms: PositiveNumber = Field(120_000, alias="kafkaConsumer.pollTimeoutMs")
     fetch_offset_num_retries: NonNegativeNumber = Field(3, alias="fetchOffset.numRetries")
-    fetch_offset_retry_interval_ms: NonNegativeNumber = Field(10, alias="fetchOffset.retryIntervalMs")
-    #: Bounds each driver-side Kafka request (metadata, offsets) with its retries: Spark's
-    #: Kafka source bounds them by the Java client's setting of the same name.
+    #: Spark's code waits 1000 ms (KafkaOffsetReaderAdmin; its documentation says 10): the
+    #: pause that lets a new leader's log end catch up before a log end below the offsets
+    #: already read counts as data loss (KAFKA-7703).
+    fetch_offset_retry_interval_ms: NonNegativeNumber = Field(1_000, alias="fetchOffset.retryIntervalMs")
+    #: One deadline for each driver-side Kafka request (metadata, offsets), retries included.
+    #: Spark's Kafka source gives each of its attempts the Java admin client's timeout of the
+    #: same name (60 s by default); one shared deadline fails a wrong bootstrap sooner.
     api_timeout_ms: PositiveNumber = Field(30_000, alias="kafka.default.api.timeout.ms")
 
     backlog_enabled: StrictBool = Field(True, alias="backlog.enabled")

@@ -3,7 +3,8 @@
 The switch writes the private final field ``ProcessingTimeExecutor.intervalMs`` by
 reflection. JDK 26 warns about such writes and a later JDK will refuse them unless the JVM
 allows it (JEP 500); where the write is refused the policy falls back to restarts, with a
-log line naming the JVM flag (unit-tested in tests/unit/backlog_source/test_mode_switch.py).
+log line naming the JVM flag (unit-tested in tests/unit/backlog_source/mode_switch/test_switchers.py
+and test_policy.py).
 This runs a real query on the newest JDK installed and checks that in place still works.
 """
 

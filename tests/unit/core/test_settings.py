@@ -20,6 +20,10 @@ def test_defaults_follow_spark():
     assert settings.backlog_enabled is True
     assert settings.backlog_events_topic == "_backlog_events"
     assert settings.backlog_min_poll_interval_ms == 0  # Spark asks Kafka at every poll
+    # KafkaSourceProvider / KafkaOffsetReaderAdmin: their code's defaults, not the docs' 10 ms.
+    assert settings.poll_timeout_ms == 120_000
+    assert settings.fetch_offset_num_retries == 3
+    assert settings.fetch_offset_retry_interval_ms == 1_000
 
 
 def test_option_names_are_case_insensitive_like_spark():
