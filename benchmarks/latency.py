@@ -5,7 +5,7 @@ After a warm-up query, for each trigger (``0 seconds``, ``250 milliseconds``, ``
 on a fresh topic of 8 partitions: a caught-up ``format("backlog")`` query into ``noop``;
 first 10 s with nothing to read (the driver's broker requests per second are counted by a
 proxy in front of the broker, by client id), then ``--rate`` records/s for ``--seconds``.
-Reported per trigger: latency p50/p99 (produce -> batch committed), batch time p50/p99,
+Reported per trigger: latency p50/p99 (appended to Kafka -> batch committed), batch time p50/p99,
 Spark's ``durationMs`` breakdown (median per key), and the source's own step timings
 (``BACKLOG_SOURCE_STEP_TIMINGS``). Then the wide case: 1,024 partitions, 1 s trigger,
 ~1,500 records per batch: batch time and the number of tasks per batch.
@@ -43,6 +43,7 @@ from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ran
 from backlog_source.testing.broker import create_topic, produce
 from backlog_source.testing.kafka_proxy import counting_broker
 from benchmarks.harness import (
+    create_live_topic,
     produce_and_catch_up,
     ProgressLog,
     fmt,
@@ -77,7 +78,7 @@ def start_query(spark, bootstrap: str, topic: str, trigger: str, checkpoint: str
 
 def run_trigger(spark, log: ProgressLog, broker, proxy, trigger: str, args, timings_dir: Path) -> dict:
     topic = f"latency-{trigger.replace(' ', '-')}-{int(time.time())}"
-    create_topic(broker.bootstrap_servers, topic, 8)
+    create_live_topic(broker.bootstrap_servers, topic, 8)
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, broker.bootstrap_servers, topic, trigger, checkpoint)
         try:
@@ -122,7 +123,7 @@ def run_bare(broker, args) -> dict:
     cycle that read it ends. What the broker lets any micro-batch reader do here; its
     ListOffsets and fetch times, per window, show how the broker's own cost grows."""
     topic = f"latency-bare-{int(time.time())}"
-    create_topic(broker.bootstrap_servers, topic, 8)
+    create_live_topic(broker.bootstrap_servers, topic, 8)
     config = KafkaClientConfig(bootstrap_servers=broker.bootstrap_servers)
     admin = AdminClient(config.librdkafka(ClientRole.ADMIN))
     positions = log_end_offsets(admin, topic, 8)
@@ -197,7 +198,7 @@ def run_wide(spark, log: ProgressLog, broker, args) -> dict:
     """1,024 partitions, a caught-up query with a 1 s trigger, ~1,500 records per batch."""
     partitions = 1024
     topic = f"latency-wide-{int(time.time())}"
-    create_topic(broker.bootstrap_servers, topic, partitions)
+    create_live_topic(broker.bootstrap_servers, topic, partitions)
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, broker.bootstrap_servers, topic, "1 second", checkpoint)
         try:
@@ -303,7 +304,7 @@ def report(results: list[dict], bare: dict, wide: dict | None, args) -> None:
     lines = [
         "# Low-latency mode: latency and per-batch cost", "",
         f"Command: `{command}` ({machine()['cpus']} cores, Spark defaults, noop sink). A caught-up query on 8 "
-        f"partitions; {args.rate:,.0f} records/s for {args.seconds:.0f} s; latency = produce -> batch committed. "
+        f"partitions; {args.rate:,.0f} records/s for {args.seconds:.0f} s; latency = appended to Kafka -> batch committed. "
         f"Median of {args.runs} runs per trigger (min-max across runs) after a warm-up query.", "",
         "| trigger | latency p50 s | latency p99 s | batch p50 s | batch p99 s | records/batch | batches | idle driver requests/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

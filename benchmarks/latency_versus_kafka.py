@@ -10,7 +10,7 @@ gone. Three phases, each on Apache Kafka (single node, ``make jvm``), Spark's de
    ``0 seconds`` and ``250 milliseconds`` by default) in rotated order, each on a fresh topic
    of ``--partitions`` (8; ``--partitions 1024 --rate 1500 --triggers "1 second"`` is the
    wide-topic case): the query starts at ``latest`` into ``noop`` and ``--rate`` records/s
-   arrive for ``--seconds``. Latency of a record: its CreateTime -> the commit of the batch
+   arrive for ``--seconds``. Latency of a record: its LogAppendTime (when Kafka appended it) -> the commit of the batch
    that read it. Reported over the **steady state** (records produced after the first
    ``--settle-seconds`` of traffic: the first batches after a query starts, or after a minute
    without data, also pay one-off costs, such as Spark starting Python workers) and over
@@ -23,7 +23,7 @@ gone. Three phases, each on Apache Kafka (single node, ``make jvm``), Spark's de
 3. **Real-time mode** (Spark 4.1+), the floor: ``format("kafka")`` with
    ``trigger(realTime="5 minutes")``, update mode, into a Kafka topic (a sink it supports;
    ``noop`` is not one); a record's latency is the output record's CreateTime (set when Spark
-   emits it) minus the input's. Its long-running tasks need a slot per partition, so it runs
+   emits it) minus the input's LogAppendTime. Its long-running tasks need a slot per partition, so it runs
    in its own session with ``local[<partitions + 1>]`` (Spark's default, ``local[*]``, is 2
    slots here: 6 of 8 partitions would wait for the 5-minute batch to end). Python data
    sources cannot use this mode. Skipped above 64 partitions.
@@ -50,6 +50,7 @@ from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_conne
 from backlog_source.testing.broker import create_topic, produce
 from backlog_source.testing.kafka_proxy import counting_broker
 from benchmarks.harness import (
+    create_live_topic,
     ProgressLog,
     fmt,
     machine,
@@ -98,7 +99,7 @@ def steady_and_whole(timed: list[tuple[float, float]], settle_s: float) -> dict:
 def run_latency(spark, log: ProgressLog, bootstrap: str, source: str, trigger: str, args) -> dict:
     """One configuration on a fresh topic: start at ``latest``, live traffic, latencies."""
     topic = f"lvk-{source}-{trigger.replace(' ', '-')}-{time.time_ns()}"
-    create_topic(bootstrap, topic, args.partitions)
+    create_live_topic(bootstrap, topic, args.partitions)
     with tempfile.TemporaryDirectory() as checkpoint:
         query = start_query(spark, source, bootstrap, topic, trigger, checkpoint)
         try:
@@ -137,11 +138,11 @@ def run_idle(spark, proxy, bootstrap: str, source: str, trigger: str, partitions
 
 def run_real_time(spark, bootstrap: str, args) -> dict:
     """``format("kafka")`` in real-time mode into a Kafka topic; latency = output CreateTime -
-    input CreateTime, which the query carries in the value."""
+    input LogAppendTime, which the query carries in the value."""
     from confluent_kafka import Consumer, TopicPartition
 
     source_topic, sink_topic = f"rtm-in-{time.time_ns()}", f"rtm-out-{time.time_ns()}"
-    create_topic(bootstrap, source_topic, args.partitions)
+    create_live_topic(bootstrap, source_topic, args.partitions)
     create_topic(bootstrap, sink_topic, 1)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rtm-latency", "enable.auto.commit": False})
     consumer.assign([TopicPartition(sink_topic, 0, 0)])
@@ -251,7 +252,7 @@ def report(runs: dict[str, list[dict]], idle: dict[str, list[float]], triggers: 
         f"Command: `{command}`", "",
         f"Apache Kafka {version}, {args.partitions:,} partitions, {args.rate:,.0f} records/s for {args.seconds:.0f} s into "
         f"`noop`, Spark's defaults, a warm-up query of each source, median (min-max) of {args.runs} rounds in rotated "
-        f"order. Latency: a record's CreateTime -> the commit of the batch that read it; steady state = records produced "
+        f"order. Latency: a record's LogAppendTime (when Kafka appended it) -> the commit of the batch that read it; steady state = records produced "
         f"after the first {args.settle_seconds:.0f} s of traffic. Kept up: caught up within {args.catch_up_seconds:.0f} s "
         f"after the traffic stopped. Idle requests: the driver's Kafka requests per second over {IDLE_SECONDS:.0f} s "
         "with nothing to read (measured apart, through a counting proxy).", "",

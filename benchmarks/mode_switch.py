@@ -28,7 +28,7 @@ Measured from Spark's progress events (a listener keeps all of them): drain time
 that starts the query -> the batch that reaches the backlog's end offsets committed), the
 same from the query's first trigger (without PySpark's start-up, which varies by up to
 ~0.9 s between runs of the same configuration and so decides close drain ratios), live
-latency p50/p99 (produce timestamp -> batch committed, see ``common.py``), batches, the
+latency p50/p99 (appended to Kafka -> batch committed, see ``harness.py``), batches, the
 time from the start call returning to the first trigger, for the burst the time from its
 first record to the batch that read its last one, and per switch: the decision's lag behind
 the batch that asked for it, the switch's own cost (``Transition.apply_seconds``: the field
@@ -58,8 +58,9 @@ import time
 from dataclasses import asdict
 
 
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.testing.broker import produce
 from benchmarks.harness import (
+    create_live_topic,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
@@ -115,7 +116,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
 
     config = CONFIGS[name]
     topic = f"bench-mode-{scenario}-{name}-{time.time_ns()}"
-    create_topic(bootstrap, topic, PARTITIONS)
+    create_live_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, ((i % PARTITIONS, None, b"b" * 100) for i in range(args.backlog)))
     backlog_ends = log_ends(bootstrap, topic)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
@@ -270,7 +271,7 @@ def report(results: dict, args) -> None:
         f"Command: `{command}` ({machine()['cpus']} cores, Spark defaults, noop sink). Backlog {args.backlog:,} records "
         f"over {PARTITIONS} partitions, then {args.rate:,} records/s for {args.live_seconds:.0f} s; `burst`: "
         f"{args.burst:,} more records half-way, `backlog.reenterLag` {args.reenter_lag:,}. Median of {args.runs} runs "
-        "(min-max), one warm-up query first. Latency: produce timestamp -> batch committed.",
+        "(min-max), one warm-up query first. Latency: appended to Kafka (LogAppendTime) -> batch committed.",
     ]
     for scenario, by_name in summaries.items():
         lines += ["", f"## {scenario}", "",

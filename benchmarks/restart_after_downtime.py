@@ -23,8 +23,8 @@ count with the RocksDB state store appended to Parquet, where every batch costs 
 * ``kafka-500k-0s``: a large limit, 500k, ``0 seconds``.
 
 Figures per run: drain (the start call -> the batch that reaches the log end of the restart
-moment committed), live latency p50/p99 of the records produced after the drain (produce
-timestamp -> batch committed, ``common.py``), the largest batch (records, seconds), and peak
+moment committed), live latency p50/p99 of the records produced after the drain (appended to Kafka ->
+batch committed, ``harness.py``), the largest batch (records, seconds), and peak
 memory sampled every 0.5 s: the JVM's heap in use (driver and executor are one JVM in
 ``local[*]``) and the resident memory of its Python processes (workers and the streaming
 source's driver-side runner). One warm-up query per source first; ``--runs`` rounds in
@@ -54,6 +54,7 @@ import pyspark
 from backlog_source.testing.apache_kafka import kafka_version
 from backlog_source.testing.broker import create_topic, produce
 from benchmarks.harness import (
+    create_live_topic,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
@@ -120,7 +121,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
 
     config = CONFIGS[name]
     topic = f"bench-restart-{name}-{time.time_ns()}"
-    create_topic(bootstrap, topic, PARTITIONS)
+    create_live_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, ((i % PARTITIONS, b"k%d" % (i % 1000), b"h" * 100) for i in range(HISTORY)))
     with tempfile.TemporaryDirectory() as folder:
         checkpoint, output = f"{folder}/checkpoint", f"{folder}/out"
@@ -277,7 +278,7 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
         f"{args.backlog:,} records of backlog over {PARTITIONS} partitions, then the restart with {args.rate:,.0f} "
         f"records/s of live traffic for {args.live_seconds:.0f} s from the restart. Median of {args.runs} rounds in "
         "rotated order (min-max) after a warm-up query per source. Latency: records produced after the drain, "
-        "produce timestamp -> batch committed. Memory: peaks sampled every 0.5 s (JVM heap in use; resident memory "
+        "appended to Kafka (LogAppendTime) -> batch committed. Memory: peaks sampled every 0.5 s (JVM heap in use; resident memory "
         "of the JVM's Python processes).", "",
         "| configuration | drain s | start -> first trigger s | live p50 s | live p99 s | largest batch (records) | its time s | batches to "
         "drain | heap peak MiB | Python RSS peak MiB (growth in the run) |",

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -123,10 +123,11 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 # Producing test data
 
 
-def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` and wait until it exists."""
+def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
+    """Create ``topic`` (with topic-level ``config``, e.g. ``message.timestamp.type``) and
+    wait until it exists."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
+    admin.create_topics([NewTopic(topic, partitions, config=dict(config or {}))])[topic].result(timeout=30)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
