@@ -27,3 +27,16 @@ def test_a_benchmark_imports_only_the_harness_and_answers_help(name):
     result = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-2000:]
+
+
+def test_step_medians_and_table_read_sparks_duration_fields():
+    from benchmarks.harness import BATCH_STEPS, step_medians, step_table
+
+    progress = [{"durationMs": {"latestOffset": ms, "addBatch": 10 * ms, "triggerExecution": 20 * ms}} for ms in (1, 3, 2)]
+    medians = step_medians(progress)
+    assert medians["latestOffset"] == 2 and medians["addBatch"] == 20 and medians["walCommit"] is None
+    lines = step_table({"a": [{"steps": medians}], "b": [{"steps": None}]}, "steps")
+    assert lines[0] == "| configuration | " + " | ".join(BATCH_STEPS) + " |"
+    assert lines[2] == "| a | 2 | n/a | n/a | n/a | 20 | n/a | 40 |"
+    assert lines[3] == "| b | " + " | ".join(["n/a"] * len(BATCH_STEPS)) + " |"
+
