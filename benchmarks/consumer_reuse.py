@@ -1,13 +1,13 @@
-"""Is reusing a Kafka consumer across splits a lever for the per-batch cost? (issue 15, lever 1)
+"""What the worker's consumer pool buys the Python reader per split (issue 15, lever 1; built in issue 24).
 
-Spark's Kafka source keeps a pool of consumers per executor. This measures what a pool
-would buy the Python reader, through the real read path (``reader.kafka_reader.read_split``)
-and no Spark, so nothing else is in the figure:
+Spark's Kafka source keeps a pool of consumers per executor, and so does this reader
+(``reader/consumer_pool.py``). This measures the read path itself
+(``reader.kafka_reader.read_split``), no Spark, so nothing else is in the figure:
 
-* ``fresh``: what the reader does, a new consumer per split, closed at its end;
-* ``reused``: one consumer kept across splits; "closing" it only unassigns it, as a pool
-  would before handing it to the next split (the next split assigns and seeks again);
-* ``reused_fetch_wait_10ms``: the same, with ``fetch.wait.max.ms=10`` so a fetch the broker
+* ``fresh``: a new consumer per split, closed at its end (the reader before the pool);
+* ``pooled``: the reader as it runs on executors, its consumer lent by a pool and given
+  back after each clean read (resumed and unassigned; the next split assigns again);
+* ``pooled_fetch_wait_10ms``: the same, with ``fetch.wait.max.ms=10`` so a fetch the broker
   holds for new data returns quickly (the cost: up to 100 fetch requests per second and
   partition while idle, where the default 500 ms allows 2).
 
@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, Producer
 
 from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaRange, KafkaSplit
+from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.testing.apache_kafka import start_kafka
 from backlog_source.testing.broker import create_topic
@@ -44,30 +45,7 @@ from benchmarks.harness import (
     write_results,
 )
 
-VARIANTS = ("fresh", "reused", "reused_fetch_wait_10ms")
-
-
-class UnassignOnClose:
-    """A consumer that survives ``close()``: it only drops its assignment, as a pool's
-    consumer would between two splits."""
-
-    def __init__(self, consumer: Consumer) -> None:
-        self._consumer = consumer
-
-    def __getattr__(self, name):
-        return getattr(self._consumer, name)
-
-    def close(self) -> None:
-        # The reader pauses each range it finished; librdkafka keeps a partition's pause
-        # flag across unassign/assign, so without this resume a reused consumer never
-        # delivers that partition again (measured: the next split stalled until
-        # kafkaConsumer.pollTimeoutMs). A pool has to do the same.
-        self._consumer.resume(self._consumer.assignment())
-        self._consumer.unassign()
-
-    def release(self) -> None:
-        """Really close the consumer, at the end of the benchmark."""
-        self._consumer.close()
+VARIANTS = ("fresh", "pooled", "pooled_fetch_wait_10ms")
 
 
 def append(producer: Producer, topic: str, partitions: int, records: int) -> None:
@@ -78,9 +56,9 @@ def append(producer: Producer, topic: str, partitions: int, records: int) -> Non
         raise RuntimeError("records not acknowledged within 30 s")
 
 
-def time_split(split: KafkaSplit, config, factory) -> float:
+def time_split(split: KafkaSplit, config, how: dict) -> float:
     started = time.perf_counter()
-    records = sum(batch.num_rows for batch in read_split(split, config, consumer_factory=factory))
+    records = sum(batch.num_rows for batch in read_split(split, config, **how))
     assert records == split.records, (records, split.records)
     return time.perf_counter() - started
 
@@ -103,16 +81,8 @@ def main() -> None:
             config = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}).reader_config
             fast = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
                                   "kafka.fetch.wait.max.ms": "10"}).reader_config
-            pools: dict[str, UnassignOnClose] = {}
-
-            def factory_for(variant: str):
-                if variant == "fresh":
-                    return Consumer
-                def pooled(librdkafka_config: dict):
-                    if variant not in pools:
-                        pools[variant] = UnassignOnClose(Consumer(librdkafka_config))
-                    return pools[variant]
-                return pooled
+            pools = {v: ConsumerPool() for v in VARIANTS if v.startswith("pooled")}
+            how = {v: {"pool": pools[v]} if v in pools else {"consumer_factory": Consumer} for v in VARIANTS}
 
             times: dict[str, list[float]] = {v: [] for v in VARIANTS}
             offset = 0
@@ -124,11 +94,11 @@ def main() -> None:
                     split = KafkaSplit(tuple(KafkaRange(topic, p, offset, offset + args.records)
                                              for p in range(partitions)))
                     offset += args.records
-                    seconds = time_split(split, fast if variant.endswith("10ms") else config, factory_for(variant))
+                    seconds = time_split(split, fast if variant.endswith("10ms") else config, how[variant])
                     if round_ > 0:  # the first round warms up every variant
                         times[variant].append(seconds * 1000)
-            for pooled in pools.values():
-                pooled.release()
+            for pool in pools.values():
+                pool.close_all()
             results[f"{partitions}_partitions"] = {v: median_and_spread(t) for v, t in times.items()}
     finally:
         broker.stop()

@@ -1,14 +1,9 @@
 """The executor read path: one split (one or more bucket ranges) -> Arrow record batches.
 
-Which process: a Python worker on an executor. One consumer per split, created for it and
-closed when it is done. Reusing consumers across tasks (Spark's Kafka source pools them)
-was measured and left out (``benchmarks/consumer_reuse.py``): on Apache Kafka a fresh
-consumer reads a small split in ~20 ms, a reused one in ~7 ms (on the embedded broker a
-reused one first waited out a fetch the broker held, ~240 ms); ~12 ms of a ~250 ms batch
-did not pay for the risks: a pooled consumer must be resumed by
-hand (librdkafka keeps a partition's pause flag across unassign/assign: the next split
-stalled), and a consumer kept while a topic it had read is deleted crashed its Python
-worker (SIGSEGV in librdkafka 2.16.1), even paused.
+Which process: a Python worker on an executor. One consumer per split at a time, lent by
+the worker's pool (:mod:`backlog_source.reader.consumer_pool`, as Spark's Kafka source pools
+its consumers) and given back only when the read ended cleanly; any error, data loss handled
+or early stop closes it.
 
 The end of a range is detected by consumer position, never by the record at ``end - 1``
 (compaction and transaction markers leave gaps) and never by "an empty poll means done":
@@ -28,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
@@ -42,6 +37,7 @@ from backlog_source.core.tracing.spans import ReadSpan
 from backlog_source.events.channel import publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.reader.arrow import to_record_batch
+from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool, settings_key
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +56,17 @@ _FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
 
 def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
     """``max.partition.fetch.bytes`` for a split: librdkafka's 1 MiB, or less for small
-    ranges (1 KiB per record of the largest range, at least 64 KiB). The first fetch of each
-    partition is that size whatever the range needs: measured, 8 partitions x 1 MiB took
-    25 ms where 125 records each needed 13 ms. A larger record still arrives whole (the
-    broker returns at least one record batch), in more round trips."""
-    largest = max(r.size for r in ranges)
-    return max(_FETCH_BYTES_MIN, min(_FETCH_BYTES_MAX, largest * 1024))
+    ranges (1 KiB per record of the largest range rounded up to a power of two, at least
+    64 KiB). The first fetch of each partition is that size whatever the range needs:
+    measured, 8 partitions x 1 MiB took 25 ms where 125 records each needed 13 ms. A larger
+    record still arrives whole (the broker returns at least one record batch), in more round
+    trips. Powers of two keep the kinds of reader settings few, so pooled consumers match
+    the next split (the size is part of a consumer's settings)."""
+    wanted = max(r.size for r in ranges) * 1024
+    size = _FETCH_BYTES_MIN
+    while size < wanted and size < _FETCH_BYTES_MAX:
+        size *= 2
+    return size
 
 
 @contextmanager
@@ -90,7 +91,8 @@ def read_split(
     split: KafkaSplit,
     config: ReaderConfig,
     *,
-    consumer_factory: Callable[[dict], object] = Consumer,
+    consumer_factory: Callable[[dict], object] | None = None,
+    pool: ConsumerPool | None = None,
     clock: Callable[[], float] = time.monotonic,
     publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
@@ -111,6 +113,9 @@ def read_split(
     ``kafkaConsumer.pollTimeoutMs``, and
     :class:`~backlog_source.core.errors.MalformedRecordError` for a timestamp a Spark timestamp
     cannot hold.
+
+    The consumer comes from ``pool`` (default: this worker's pool); ``consumer_factory``
+    instead makes a fresh one for this split only, closed at its end (tests, benchmarks).
     """
     ranges = [r for r in split.ranges if r.end > r.start]
     if not ranges:
@@ -119,11 +124,18 @@ def read_split(
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
+    settings = config.kafka.librdkafka(ClientRole.READER, **sized)
+    if consumer_factory is not None:
+        pool = ConsumerPool(consumer_factory, capacity=0)
+    elif pool is None:
+        pool = WORKER_POOL
+    key = settings_key(settings, generated_group_id="group.id" not in config.kafka.params)
+    incidents: list[str] = []
     with step_timings.step("reader.create_consumer"):
-        consumer = consumer_factory(config.kafka.librdkafka(ClientRole.READER, **sized))
+        consumer = pool.borrow(settings, key)
     try:
         with _gc_paused():
-            for batch, positions in _consume(consumer, ranges, config, clock):
+            for batch, positions in _consume(consumer, ranges, config, clock, incidents):
                 for r in ranges:
                     position = positions[r.bucket]
                     if tracking and r.crosses_boundary and position >= r.boundary and r.bucket not in reported:
@@ -141,13 +153,17 @@ def read_split(
     except GeneratorExit:  # the consumer of this generator stopped early: not a failure
         for span in spans.values():
             span.finish(None)
+        pool.discard(consumer)
         raise
     except BaseException as exc:
         for span in spans.values():
             span.finish(None, error=type(exc).__name__)
+        pool.discard(consumer)
         raise
-    finally:
-        consumer.close()
+    if incidents:
+        pool.discard(consumer)
+    else:
+        pool.give_back(key, consumer)
 
 
 def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position: int, publish_event,
@@ -177,9 +193,11 @@ class _Progress:
         return self.position >= self.range.end
 
 
-def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock) -> Iterator[
+def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock, incidents: list[str]) -> Iterator[
         tuple[pa.RecordBatch | None, dict[Bucket, int]]]:
-    """Yield ``(batch or None, position of every range)`` until every range reaches its end."""
+    """Yield ``(batch or None, position of every range)`` until every range reaches its end.
+    Appends to ``incidents`` what went wrong on the way (an error event other than end of
+    partition, a partition gone): such a consumer is not reused."""
     progress = {r.bucket: _Progress(r, r.start) for r in ranges}
     partitions = [TopicPartition(r.topic, r.partition, r.start) for r in ranges]
     with step_timings.step("reader.assign"):
@@ -200,7 +218,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         if first_fetch and messages:
             step_timings.record("reader.first_fetch", (time.perf_counter() - started) * 1000)
             first_fetch = False
-        records, moved = _sort_out(consumer, messages, progress, config, one_topic)
+        records, moved = _sort_out(consumer, messages, progress, config, one_topic, incidents)
         batch = None
         if records:
             with step_timings.step("reader.arrow"):
@@ -221,6 +239,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
             last_check = now
             gone = [p for p in stuck if _vanished(consumer, p.range, config)]
             if gone:
+                incidents.append("partition gone")
                 for p in gone:
                     p.position = _handle_vanished(p.range, p.position, config)
                     consumer.pause([TopicPartition(p.range.topic, p.range.partition)])
@@ -237,7 +256,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
 
 
 def _sort_out(consumer, messages: list[Message], progress: dict[Bucket, _Progress], config: ReaderConfig,
-              one_topic: bool) -> tuple[list[Message], dict[Bucket, int]]:
+              one_topic: bool, incidents: list[str]) -> tuple[list[Message], dict[Bucket, int]]:
     """The records of ``messages`` that belong to their ranges (in order), and the new
     position of every range that moved. Errors are handled here: end of partition moves a
     position, out-of-range and vanished partitions are data loss, fatal errors raise."""
@@ -255,6 +274,8 @@ def _sort_out(consumer, messages: list[Message], progress: dict[Bucket, _Progres
             for bucket, position in positions.items():
                 moved[bucket] = max(moved.get(bucket, position), position)
             continue
+        if error.code() != KafkaError._PARTITION_EOF:
+            incidents.append(error.name())
         bucket = Bucket(message.topic(), message.partition())
         state = progress.get(bucket)
         if state is None:

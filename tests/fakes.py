@@ -176,6 +176,9 @@ class FakeConsumer:
     def assignment(self):
         return [TopicPartition(t, p) for t, p, _ in (self.assigned[-1] if self.assigned else [])]
 
+    def unassign(self):
+        self.assigned.append([])
+
     def pause(self, partitions):
         self.paused |= {(tp.topic, tp.partition) for tp in partitions}
 

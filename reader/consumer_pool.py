@@ -1,0 +1,134 @@
+"""Kafka consumers kept across tasks by one Python worker, as Spark's Kafka source pools its own.
+
+Which process: a Python worker on an executor. Spark reuses a worker for task after task
+(``spark.python.worker.reuse``, on by default) and ends it after a minute idle, so the pool
+lives as long as the worker and holds at most :data:`CAPACITY` idle consumers.
+
+Why: a fresh consumer first connects, asks for metadata and connects to each leader, ~7-12 ms
+on Apache Kafka before the first record (``benchmarks/consumer_reuse.py``), paid by every task
+of every small live batch; a kept consumer skips all of it.
+
+The contract that keeps reuse safe:
+
+* A consumer is given back only by a read that finished normally: every range reached its
+  end, no out-of-range or vanished partition was handled, nothing was raised and the read
+  was not stopped early. Any other end closes it.
+* Given back, it is resumed (librdkafka keeps a partition's pause flag across
+  unassign/assign: a later split of that partition stalled) and unassigned, which drops
+  what it had fetched ahead. Whatever a later ``consume()`` could still hold of an earlier
+  assignment is outdated by librdkafka's version barrier on ``assign()``, and the reader
+  keeps only records inside its ranges.
+* It is handed only to a read with the same client settings (its key is a digest of them:
+  the settings hold secrets and are never kept in clear), except a ``group.id`` the source
+  generated (a fresh one per consumer; the source's consumers never join a group).
+* A consumer idle for more than :data:`IDLE_TIMEOUT_S` is closed, not reused (Spark's
+  ``spark.kafka.consumer.cache.timeout`` is 5 minutes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer
+
+log = logging.getLogger(__name__)
+
+#: Idle consumers one worker keeps; a task reads one split with one consumer at a time, and
+#: a few keys cover the fetch sizes of small and large splits of one or two sources.
+CAPACITY = 4
+#: Longer idle than this and a consumer is closed instead of reused.
+IDLE_TIMEOUT_S = 300.0
+
+
+def settings_key(settings: dict, *, generated_group_id: bool) -> str:
+    """A digest of a consumer's settings (never the settings themselves: they hold secrets).
+    A generated ``group.id`` is left out: it differs for every consumer and means nothing."""
+    kept = {k: v for k, v in settings.items() if not (generated_group_id and k == "group.id")}
+    return hashlib.sha256(repr(sorted((k, repr(v)) for k, v in kept.items())).encode()).hexdigest()
+
+
+@dataclass
+class _Idle:
+    consumer: object
+    since: float
+
+
+class ConsumerPool:
+    """Idle consumers by settings key, least recently used first. Not thread-safe: a Python
+    worker runs one task at a time.
+
+    A read calls :meth:`borrow`, then exactly one of :meth:`give_back` (it ended cleanly,
+    see the module's contract) or :meth:`discard` (anything else)."""
+
+    def __init__(self, factory: Callable[[dict], object] = Consumer, *, capacity: int = CAPACITY,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._factory = factory
+        self._capacity = capacity
+        self._idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._idle: OrderedDict[str, _Idle] = OrderedDict()
+        self.created = self.reused = 0
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    def borrow(self, settings: dict, key: str):
+        """A consumer with ``settings``: a kept one with the same ``key``, or a new one."""
+        idle = self._idle.pop(key, None)
+        if idle is not None:
+            if self._clock() - idle.since <= self._idle_timeout_s:
+                self.reused += 1
+                return idle.consumer
+            _close(idle.consumer)
+        self.created += 1
+        return self._factory(settings)
+
+    def give_back(self, key: str, consumer) -> None:
+        """Keep ``consumer`` for the next read with ``key``: resumed and unassigned. Closed
+        instead when the pool keeps nothing or it cannot be reset."""
+        if self._capacity <= 0:
+            _close(consumer)
+            return
+        try:
+            assigned = consumer.assignment()
+            if assigned:
+                consumer.resume(assigned)
+                consumer.unassign()
+        except Exception as exc:  # a consumer that cannot be reset is not reused
+            log.info("closing a Kafka consumer that could not be reset for reuse: %s", type(exc).__name__)
+            _close(consumer)
+            return
+        previous = self._idle.pop(key, None)
+        if previous is not None:
+            _close(previous.consumer)
+        self._idle[key] = _Idle(consumer, self._clock())
+        while len(self._idle) > self._capacity:
+            _close(self._idle.popitem(last=False)[1].consumer)
+
+    def discard(self, consumer) -> None:
+        """Close ``consumer``: its read failed, lost data or stopped early."""
+        _close(consumer)
+
+    def idle_consumers(self) -> list:
+        """The consumers kept now (tests stage what may happen to them while idle)."""
+        return [idle.consumer for idle in self._idle.values()]
+
+    def close_all(self) -> None:
+        while self._idle:
+            _close(self._idle.popitem(last=False)[1].consumer)
+
+
+def _close(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception as exc:  # already closed, or the broker gone: nothing left to release
+        log.debug("closing a Kafka consumer failed: %s", type(exc).__name__)
+
+
+#: This worker's pool (module state lives as long as the Python worker process).
+WORKER_POOL = ConsumerPool()
