@@ -36,9 +36,10 @@ Targets (issue 24): no ``format("kafka")`` configuration better on both drain an
 Usage::
 
     .venv/bin/python -m benchmarks.restart_after_downtime [--runs 3] [--backlog 2000000] [--live-seconds 120]
-        [--query noop|stateful]
+        [--query noop|stateful] [--configs a,b,...] [--results-name NAME]
 
-Writes ``benchmarks/results/restart_after_downtime/restart_after_downtime_<query>.{json,md,png}``.
+Writes ``benchmarks/results/restart_after_downtime/restart_after_downtime_<query>.{json,md,png}``
+(or ``<--results-name>.*``).
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ def compare(summaries: dict[str, dict], runs: dict[str, list[dict]], ours_name: 
 
 
 def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
-    name = f"restart_after_downtime_{args.query}"
+    name = args.results_name or f"restart_after_downtime_{args.query}"
     command = "python -m benchmarks.restart_after_downtime " + " ".join(sys.argv[1:])
     summaries = {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
                  for n, rs in runs.items()}
@@ -319,6 +320,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1_000)
     parser.add_argument("--live-seconds", type=float, default=120)
     parser.add_argument("--query", choices=("noop", "stateful"), default="noop")
+    parser.add_argument("--results-name", default=None, help="result files' name (default restart_after_downtime_<query>)")
     parser.add_argument("--configs", default=",".join(n for n in CONFIGS if n != "backlog-fixed-0s"),
                         help="which configurations (backlog-fixed-0s is left out unless named)")
     args = parser.parse_args()
