@@ -1,6 +1,7 @@
 """The worker's consumer pool against Apache Kafka: a kept consumer reads the next range of a
 partition it paused (librdkafka keeps pause flags across assignments), and survives the
-deletion of a topic it read while idle (on the embedded broker that crashed a worker)."""
+deletion of a topic it read while idle (on the embedded broker that crashed a worker), and
+replays earlier offsets without handing over what it had fetched ahead."""
 
 from __future__ import annotations
 
@@ -51,3 +52,17 @@ def test_a_kept_consumer_survives_the_deletion_of_a_topic_it_read(broker, topic_
     assert outcome["first"] == list(range(10)) and outcome["second"] == list(range(10))
     assert outcome["kept_after_first"] == 1
     assert (outcome["created"], outcome["reused"]) == (1, 1)
+
+
+def test_a_kept_consumer_replaying_earlier_offsets_gets_them_not_what_it_had_fetched_ahead(broker, topic_name):
+    # A retried task or a replayed batch reads offsets before those the kept consumer last
+    # fetched (it fetched ahead up to the log end before the range was paused): nothing of
+    # that earlier fetch may be delivered in place of the replayed range.
+    make_topic(broker, topic_name, 1, per_partition=2_000)
+    pool = ConsumerPool()
+    later = read_offsets(broker, topic_name, [(0, 1_000, 1_050)], pool)
+    earlier = read_offsets(broker, topic_name, [(0, 0, 50)], pool)  # same size: same settings, same consumer
+    assert later == [(0, o) for o in range(1_000, 1_050)]
+    assert earlier == [(0, o) for o in range(50)]
+    assert pool.reused == 1
+    pool.close_all()
