@@ -160,10 +160,11 @@ def read_split(
             span.finish(None, error=type(exc).__name__)
         pool.discard(consumer)
         raise
-    if incidents:
-        pool.discard(consumer)
-    else:
-        pool.give_back(key, consumer)
+    with step_timings.step("reader.release_consumer"):
+        if incidents:
+            pool.discard(consumer)
+        else:
+            pool.give_back(key, consumer)
 
 
 def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position: int, publish_event,

@@ -113,10 +113,6 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
         "backlog.maxOffsetsPerTrigger": str(settings.backlog_max_offsets_per_trigger),
-        # Tansu holds a fetch for new data up to fetch.wait.max.ms (500 ms) even after the
-        # consumer's assignment changed, so a pooled consumer's next read waited for it
-        # (docs/broker-gaps.md); Apache Kafka answers at once and needs nothing.
-        **({"kafka.fetch.wait.max.ms": "10"} if settings.embedded and settings.broker == "embedded" else {}),
         **{key: value.get_secret_value() for key, value in settings.kafka_options.items()},
     }
     df = reader.options(**options).load().withColumn("processed_at", F.current_timestamp())

@@ -30,3 +30,11 @@ def test_readers_fetch_again_soon_after_their_queue_filled_and_a_user_setting_wi
     assert parse_options(BASE).kafka.librdkafka(role)["fetch.queue.backoff.ms"] == 10
     assert parse_options({**BASE, "kafka.fetch.queue.backoff.ms": "50"}).kafka.librdkafka(role)["fetch.queue.backoff.ms"] == "50"
     assert "fetch.queue.backoff.ms" not in parse_options(BASE).kafka.librdkafka(ClientRole.ADMIN)
+
+
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER])
+def test_readers_let_the_broker_hold_a_fetch_briefly_and_a_user_setting_wins(role):
+    """A held fetch at the log end delayed a kept consumer's next read by up to 500 ms."""
+    assert parse_options(BASE).kafka.librdkafka(role)["fetch.wait.max.ms"] == 10
+    assert parse_options({**BASE, "kafka.fetch.max.wait.ms": "200"}).kafka.librdkafka(role)["fetch.wait.max.ms"] == "200"
+    assert "fetch.wait.max.ms" not in parse_options(BASE).kafka.librdkafka(ClientRole.ADMIN)
