@@ -18,9 +18,9 @@ The contract that keeps reuse safe:
   what it had fetched ahead. Whatever a later ``consume()`` could still hold of an earlier
   assignment is outdated by librdkafka's version barrier on ``assign()``, and the reader
   keeps only records inside its ranges.
-* It is handed only to a read with the same client settings (its key is a digest of them:
-  the settings hold secrets and are never kept in clear), except a ``group.id`` the source
-  generated (a fresh one per consumer; the source's consumers never join a group).
+* It is handed only to a read with the same client settings and topics (its key is a digest
+  of them: the settings hold secrets and are never kept in clear), except a ``group.id`` the
+  source generated (a fresh one per consumer; the source's consumers never join a group).
 * A consumer idle for more than :data:`IDLE_TIMEOUT_S` is closed, not reused (Spark's
   ``spark.kafka.consumer.cache.timeout`` is 5 minutes).
 """
@@ -31,7 +31,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer
@@ -45,11 +45,15 @@ CAPACITY = 4
 IDLE_TIMEOUT_S = 300.0
 
 
-def settings_key(settings: dict, *, generated_group_id: bool) -> str:
-    """A digest of a consumer's settings (never the settings themselves: they hold secrets).
-    A generated ``group.id`` is left out: it differs for every consumer and means nothing."""
+def settings_key(settings: dict, topics: Iterable[str], *, generated_group_id: bool) -> str:
+    """A digest of a consumer's settings and the topics it reads (never the settings
+    themselves: they hold secrets). A generated ``group.id`` is left out: it differs for
+    every consumer and means nothing. The topics are in the key, as in Spark's pool (keyed by
+    topic-partition): a kept consumer assigned a topic it had not read waited ~0.6-1 s for
+    its first records on Apache Kafka, where a new consumer needs ~10-30 ms."""
     kept = {k: v for k, v in settings.items() if not (generated_group_id and k == "group.id")}
-    return hashlib.sha256(repr(sorted((k, repr(v)) for k, v in kept.items())).encode()).hexdigest()
+    described = (sorted((k, repr(v)) for k, v in kept.items()), sorted(set(topics)))
+    return hashlib.sha256(repr(described).encode()).hexdigest()
 
 
 @dataclass

@@ -129,7 +129,7 @@ def read_split(
         pool = ConsumerPool(consumer_factory, capacity=0)
     elif pool is None:
         pool = WORKER_POOL
-    key = settings_key(settings, generated_group_id="group.id" not in config.kafka.params)
+    key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
     incidents: list[str] = []
     with step_timings.step("reader.create_consumer"):
         consumer = pool.borrow(settings, key)

@@ -50,8 +50,10 @@ def test_a_kept_consumer_survives_the_deletion_of_a_topic_it_read(broker, topic_
     assert child.returncode == 0, f"the pooled reads' process ended with {child.returncode}: {child.stderr[-2000:]}"
     outcome = json.loads(child.stdout.strip().splitlines()[-1])
     assert outcome["first"] == list(range(10)) and outcome["second"] == list(range(10))
+    # The kept consumer of the deleted topic stayed idle in the pool (a read of another topic
+    # gets its own) until close_all() closed it: neither crashed the process.
     assert outcome["kept_after_first"] == 1
-    assert (outcome["created"], outcome["reused"]) == (1, 1)
+    assert (outcome["created"], outcome["reused"]) == (2, 0)
 
 
 def test_a_kept_consumer_replaying_earlier_offsets_gets_them_not_what_it_had_fetched_ahead(broker, topic_name):

@@ -94,11 +94,17 @@ def test_a_pool_of_no_capacity_closes_what_it_gets_back():
 def test_the_key_ignores_a_generated_group_id_but_not_a_users_and_holds_no_setting_in_clear():
     a = {**SETTINGS, "sasl.password": "s3cret-value"}
     b = {**a, "group.id": "backlog-source-2"}
-    assert settings_key(a, generated_group_id=True) == settings_key(b, generated_group_id=True)
-    assert settings_key(a, generated_group_id=False) != settings_key(b, generated_group_id=False)
-    assert settings_key(a, generated_group_id=True) != settings_key({**a, "max.partition.fetch.bytes": 65536},
-                                                                     generated_group_id=True)
-    assert "s3cret" not in settings_key(a, generated_group_id=True)
+    assert settings_key(a, ["t"], generated_group_id=True) == settings_key(b, ["t"], generated_group_id=True)
+    assert settings_key(a, ["t"], generated_group_id=False) != settings_key(b, ["t"], generated_group_id=False)
+    assert settings_key(a, ["t"], generated_group_id=True) != settings_key(
+        {**a, "max.partition.fetch.bytes": 65536}, ["t"], generated_group_id=True)
+    assert "s3cret" not in settings_key(a, ["t"], generated_group_id=True)
+
+
+def test_the_key_names_the_topics_read_in_any_order():
+    assert settings_key(SETTINGS, ["a", "b", "a"], generated_group_id=True) == settings_key(
+        SETTINGS, ["b", "a"], generated_group_id=True)
+    assert settings_key(SETTINGS, ["a"], generated_group_id=True) != settings_key(SETTINGS, ["b"], generated_group_id=True)
 
 
 # ------------------------------------------------------------------ the reader and the pool
@@ -166,3 +172,11 @@ def test_an_end_of_partition_event_is_no_incident():
     pool = ConsumerPool(factory)
     assert read(pool, ("t", 0, 0, 2)) == [0]
     assert not factory.made[0].closed and len(pool) == 1
+
+
+def test_a_read_of_another_topic_gets_another_consumer():
+    factory = Factory([[Msg(0, topic="t")]], [[Msg(0, topic="u", partition=0)]])
+    pool = ConsumerPool(factory)
+    assert read(pool, ("t", 0, 0, 1)) == [0]
+    assert read(pool, ("u", 0, 0, 1)) == [0]
+    assert len(factory.made) == 2 and len(pool) == 2
