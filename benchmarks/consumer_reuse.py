@@ -82,7 +82,7 @@ def main() -> None:
             fast = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
                                   "kafka.fetch.wait.max.ms": "10"}).reader_config
             pools = {v: ConsumerPool() for v in VARIANTS if v.startswith("pooled")}
-            how = {v: {"pool": pools[v]} if v in pools else {"consumer_factory": Consumer} for v in VARIANTS}
+            how = {v: {"pool": pools.get(v, ConsumerPool(Consumer, capacity=0))} for v in VARIANTS}
 
             times: dict[str, list[float]] = {v: [] for v in VARIANTS}
             offset = 0

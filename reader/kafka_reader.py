@@ -91,8 +91,7 @@ def read_split(
     split: KafkaSplit,
     config: ReaderConfig,
     *,
-    consumer_factory: Callable[[dict], object] | None = None,
-    pool: ConsumerPool | None = None,
+    pool: ConsumerPool = WORKER_POOL,
     clock: Callable[[], float] = time.monotonic,
     publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
@@ -114,8 +113,8 @@ def read_split(
     :class:`~backlog_source.core.errors.MalformedRecordError` for a timestamp a Spark timestamp
     cannot hold.
 
-    The consumer comes from ``pool`` (default: this worker's pool); ``consumer_factory``
-    instead makes a fresh one for this split only, closed at its end (tests, benchmarks).
+    The consumer comes from ``pool``, this worker's pool by default; a pool of no capacity
+    gives a fresh consumer per split and closes it at the end (tests, benchmarks).
     """
     ranges = [r for r in split.ranges if r.end > r.start]
     if not ranges:
@@ -125,10 +124,6 @@ def read_split(
     reported: set[Bucket] = set()
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
-    if consumer_factory is not None:
-        pool = ConsumerPool(consumer_factory, capacity=0)
-    elif pool is None:
-        pool = WORKER_POOL
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
     incidents: list[str] = []
     with step_timings.step("reader.create_consumer"):

@@ -11,6 +11,7 @@ from backlog_source.core.settings import parse_options
 from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.core.tracing import exporter
 from backlog_source.events import dedup
+from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
@@ -22,7 +23,7 @@ def split(*ranges, source_id=""):
 
 
 def read(s, consumer, config=SETTINGS, **kwargs):
-    return list(read_split(s, config, consumer_factory=consumer, **kwargs))
+    return list(read_split(s, config, pool=ConsumerPool(consumer, capacity=0), **kwargs))
 
 
 def offsets_read(batches):
@@ -243,7 +244,7 @@ def run(split, script, published, succeed=True):
         return succeed
 
     partition = split.ranges[0].partition
-    return list(read_split(split, SETTINGS, consumer_factory=consumer_of(script, partition), publish_event=publish))
+    return list(read_split(split, SETTINGS, pool=ConsumerPool(consumer_of(script, partition), capacity=0), publish_event=publish))
 
 
 def test_event_published_once_when_the_position_reaches_the_boundary():
@@ -290,7 +291,7 @@ def test_crossing_split_exports_its_read_span_before_the_last_batch_is_handed_ov
     published = []
     split = one("t", 4, 0, 4, boundary=3, source_id="src-e", traceparent=BUCKET_SPAN)
     batches = read_split(
-        split, SETTINGS, consumer_factory=consumer_of([[Msg(0), Msg(1)], [Msg(2), Msg(3)]], 4),
+        split, SETTINGS, pool=ConsumerPool(consumer_of([[Msg(0), Msg(1)], [Msg(2), Msg(3)]], 4), capacity=0),
         publish_event=lambda settings, event: published.append(event) or True,
     )
     next(batches)
@@ -322,7 +323,7 @@ def test_a_failed_read_exports_a_failed_span(otel_env, receiver):
     split = one("t", 6, 0, 4, boundary=3, source_id="src-g", traceparent=BUCKET_SPAN)
     failing = FakeConsumer([[Msg(0, partition=6)], RuntimeError("broker gone")])
     with pytest.raises(RuntimeError):
-        list(read_split(split, SETTINGS, consumer_factory=failing, publish_event=lambda s, e: True))
+        list(read_split(split, SETTINGS, pool=ConsumerPool(failing, capacity=0), publish_event=lambda s, e: True))
     exporter.flush()
     [span] = receiver.spans
     assert span["status"] == "error" and span["events"] == []
