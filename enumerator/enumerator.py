@@ -10,8 +10,9 @@ as long as the run; anything that must survive a restart is in the offset dict
 
 1. :meth:`_settle`: the last committed batch's finishing buckets leave backlog (by their
    event, or by position), and their spans end.
-2. :meth:`_refresh`: the subscription now, vanished and new buckets, the latest offsets (one
-   ListOffsets request) and offsets that moved backwards, under ``failOnDataLoss``.
+2. :meth:`_refresh`: the subscription now, deleted, re-created (a changed topic id), vanished
+   and new buckets, the latest offsets (one ListOffsets request) and offsets that moved
+   backwards, under ``failOnDataLoss``.
 3. :meth:`_enter_backlog`: boundaries for new and reset buckets, for every lagging bucket
    when this is a restart on an existing checkpoint, and on re-entry.
 4. :meth:`_plan`: the target (latest, or AvailableNow's), the read limit of the backlog
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
-from backlog_source.core.errors import DataLossError
+from backlog_source.core.errors import DataLossError, TopicsDeletedError
 from backlog_source.core.finish import Finish, FinishedBy
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
@@ -91,6 +92,7 @@ class View:
     starts: dict[Bucket, int]
     latest: dict[Bucket, int]
     gone: frozenset[Bucket] = field(default_factory=frozenset)
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Enumerator:
         self._initial: SourceOffset | None = None
         self._resumed: bool | None = None  # decided by the run's first latest_offset call
         self._available_now_target: dict[Bucket, int] | None = None
+        self._available_now_topic_ids: dict[str, str] = {}
         # maxTriggerDelay counts from the last trigger that ran; None: none yet in this run,
         # so the first runs whatever minOffsetsPerTrigger says (Spark starts its clock at 0).
         self._last_trigger_at: float | None = None
@@ -145,12 +148,14 @@ class Enumerator:
 
     def _compute_initial_offset(self) -> SourceOffset:
         self._subscription.check_assigned_exist()
-        buckets = self._subscription.buckets()
+        covered = self._subscription.covered()
+        buckets = set(covered.buckets)
         start = self._starting.resolve(buckets)
         positions = start.positions
         source_id = uuid.uuid4().hex
         if self._control is None:
-            return SourceOffset(source_id=source_id, positions=positions, snapshot=start.snapshot)
+            return SourceOffset(source_id=source_id, positions=positions, snapshot=start.snapshot,
+                                topic_ids=covered.topic_ids)
         events_position = self._control.open()  # events written before this query are not ours
         log_end = self._client.latest_offsets(buckets) if buckets else {}
         pending = record_boundaries(positions, log_end, buckets)
@@ -160,7 +165,8 @@ class Enumerator:
         self._log_boundaries(source_id, pending, positions)
         trace, _ = advance(None, source_id, pending, {}, positions, self._now_ms())
         return SourceOffset(source_id=source_id, positions=positions, backlog=pending,
-                            events_position=events_position, trace=trace, snapshot=start.snapshot)
+                            events_position=events_position, trace=trace, snapshot=start.snapshot,
+                            topic_ids=covered.topic_ids)
 
     def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
         """The end of the next batch that starts at ``start``; ``start`` itself when there
@@ -194,8 +200,9 @@ class Enumerator:
 
     def prepare_for_available_now(self) -> None:
         """Record the latest offsets now: an AvailableNow run reads up to them and stops."""
-        buckets = self._subscription.buckets()
-        self._available_now_target = self._client.latest_offsets(buckets) if buckets else {}
+        covered = self._subscription.covered()
+        self._available_now_target = self._client.latest_offsets(covered.buckets) if covered.buckets else {}
+        self._available_now_topic_ids = covered.topic_ids
 
     def report_latest(self) -> dict[Bucket, int]:
         """The latest offsets seen by the last ``latest_offset`` call (for progress reports)."""
@@ -233,15 +240,34 @@ class Enumerator:
 
     def _refresh(self, start: SourceOffset) -> View:
         """The buckets this batch reads and what Kafka has now. Under ``failOnDataLoss``
-        a vanished bucket or offsets that moved backwards fail the query; otherwise the
-        bucket is dropped, or read again from its earliest offset."""
+        a vanished bucket, a re-created topic or offsets that moved backwards fail the
+        query; otherwise the bucket is dropped, or read again from its earliest offset.
+
+        A topic deleted between listing it and asking its offsets
+        (:class:`TopicsDeletedError`) is handled as if the listing had not had it."""
+        deleted: set[str] = set()
+        while True:
+            try:
+                return self._refresh_once(start, deleted)
+            except TopicsDeletedError as exc:
+                if set(exc.topics) <= deleted:
+                    raise  # the same topics again: not a listing out of date
+                log.info("topic(s) %s deleted while this batch was planned", ", ".join(exc.topics))
+                deleted.update(exc.topics)
+
+    def _refresh_once(self, start: SourceOffset, deleted: set[str]) -> View:
         positions = dict(start.positions)
         with step_timings.step("driver.refresh.subscription"):
-            current = self._subscription.buckets()
+            covered = self._subscription.covered()
+        topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}
+        current = {b for b in covered.buckets if b.topic not in deleted}
         target = self._available_now_target
         if target is not None:
             current &= target.keys() | positions.keys()  # partitions created later wait for the next run
-        gone = self._vanished(positions, current)
+        recreated = self._recreated(start, positions, topic_ids, target)
+        for bucket in recreated:
+            del positions[bucket]
+        gone = self._vanished(positions, current, target)
         for bucket in gone:
             del positions[bucket]
         new = current - positions.keys()
@@ -254,19 +280,45 @@ class Enumerator:
             # before it counts as data loss.
             latest = self._client.latest_offsets(read_from.keys(), known=positions) if read_from else {}
         if target is not None:
-            self._verify_available_now(target, latest, gone)
+            self._verify_available_now(target, latest, [b for b in gone if b in target],
+                                       [b for b in recreated if topic_ids[b.topic] != self._available_now_topic_ids.get(b.topic)])
         starts.update(self._moved_backwards(read_from, latest))
         self._latest = latest
-        return View({**read_from, **starts}, starts, latest, frozenset(gone))
+        return View({**read_from, **starts}, starts, latest, frozenset(gone) | frozenset(recreated), topic_ids)
 
-    def _vanished(self, positions: Mapping[Bucket, int], current: set[Bucket]) -> list[Bucket]:
+    def _recreated(self, start: SourceOffset, positions: Mapping[Bucket, int], topic_ids: Mapping[str, str],
+                   target: Mapping[Bucket, int] | None) -> list[Bucket]:
+        """The read buckets of topics deleted and re-created since ``start`` was planned:
+        their topic id (KIP-516) changed, whatever their offsets say. A re-created topic
+        refilled past the old positions looked like the same topic, and the records below
+        those positions were skipped silently (Spark's Kafka source does so too). Fails under
+        ``failOnDataLoss``; otherwise the topic is read again from its earliest offsets.
+        Under Trigger.AvailableNow a topic re-created after the run planned its end fails the
+        run in :meth:`_verify_available_now` instead."""
+        changed = sorted(t for t, old in start.topic_ids.items() if t in topic_ids and topic_ids[t] != old
+                         and any(b.topic == t for b in positions))
+        if not changed:
+            return []
+        during_run = target is not None and any(topic_ids[t] != self._available_now_topic_ids.get(t) for t in changed)
+        described = ", ".join(f"{t} (topic id {start.topic_ids[t]} -> {topic_ids[t]})" for t in changed)
+        report_data_loss(
+            self._settings.fail_on_data_loss and not during_run,
+            f"topic(s) {described} were deleted and re-created since the last batch; records of the old "
+            "topic not yet read are lost, and the offsets read so far do not apply to the new one",
+            instead="read the re-created topic(s) from their earliest offsets",
+        )
+        return sorted(b for b in positions if b.topic in changed)
+
+    def _vanished(self, positions: Mapping[Bucket, int], current: set[Bucket],
+                  target: Mapping[Bucket, int] | None) -> list[Bucket]:
         vanished = sorted(set(positions) - current)
         if not vanished:
             return []
         described = ", ".join(f"{b} (next offset {positions[b]})" for b in vanished)
-        # Under Trigger.AvailableNow, _verify_available_now fails the run with its own message.
+        # A bucket the AvailableNow run planned to read: _verify_available_now fails the run
+        # with its own message. One gone before the run started follows failOnDataLoss.
         report_data_loss(
-            self._settings.fail_on_data_loss and self._available_now_target is None,
+            self._settings.fail_on_data_loss and not (target is not None and any(b in target for b in vanished)),
             f"partition(s) {described} no longer exist; records not yet read from them may be lost",
             instead="continue without them",
         )
@@ -287,14 +339,15 @@ class Enumerator:
         )
         return self._client.earliest_offsets(moved)
 
-    def _verify_available_now(self, target: Mapping[Bucket, int], latest: Mapping[Bucket, int], gone: list[Bucket]) -> None:
+    def _verify_available_now(self, target: Mapping[Bucket, int], latest: Mapping[Bucket, int], gone: list[Bucket],
+                              recreated: list[Bucket] = ()) -> None:
         """Trigger.AvailableNow must end exactly at the offsets that existed when it started:
         if any of them is gone, the run fails whatever ``failOnDataLoss`` says (Spark's
         ``KafkaMicroBatchStream.verifyEndOffsetForTriggerAvailableNow``)."""
-        shorter = sorted(b for b in target if b in latest and latest[b] < target[b])
-        if not gone and not shorter:
+        shorter = sorted(b for b in target if b in latest and latest[b] < target[b] and b not in recreated)
+        if not gone and not shorter and not recreated:
             return
-        problems = [f"{b} no longer exists" for b in gone] + [
+        problems = [f"{b} no longer exists" for b in gone] + [f"{b}'s topic was re-created" for b in recreated] + [
             f"{b} ends at {latest[b]}, below the planned end {target[b]}" for b in shorter
         ]
         raise DataLossError(
@@ -387,6 +440,7 @@ class Enumerator:
             trace=trace,
             # This batch reads every snapshot still pending (see partitions()).
             snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,
+            topic_ids=view.topic_ids,
         )
 
     # ---------------------------------------------------------------- helpers

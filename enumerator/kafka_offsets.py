@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError, TopicsDeletedError
 from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
 from backlog_source.core.offset_answers import check_offsets
 from backlog_source.core.settings import SourceSettings
@@ -53,6 +53,10 @@ _NOT_RETRIABLE = {
 }
 #: What describing a missing topic answers (broker error, or librdkafka's own).
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+#: ListOffsets failures a deleted topic causes: librdkafka finds no leader for its partitions
+#: ("Failed to query partition leaders: No leaders found", ``_NOENT``) or the broker no longer
+#: knows them. After one of these the client asks whether the topics still exist.
+_MAYBE_DELETED = _UNKNOWN_TOPIC | {KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 #: Topic errors in a cluster listing that mean "not a topic this client reads": deleted since,
 #: not visible to it, or an invalid name. Any other topic error is transient and asked again.
 _NOT_LISTED = _UNKNOWN_TOPIC | {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION}
@@ -70,11 +74,23 @@ class TopicIdentity:
 
 
 class OffsetsClient(Protocol):
-    """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`."""
+    """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`;
+    the offsets methods raise :class:`TopicsDeletedError` when a topic they were asked about
+    no longer exists (found out after a failed request: a topic deleted since the planner
+    listed it)."""
 
     def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
         """The partition count of each of ``topics`` that exists, or of every non-internal
         topic of the cluster when ``topics`` is None."""
+
+    def topic_names(self) -> set[str]:
+        """The names of every non-internal topic the cluster lists, including topics being
+        created or deleted (:meth:`describe_topics` tells which exist)."""
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, "TopicIdentity"]:
+        """The id and partition count of each of ``topics`` that exists; a topic that does
+        not exist (never created, or deleted) is left out. A topic id (KIP-516) changes when a
+        topic is deleted and re-created under the same name."""
 
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         """The first available offset of each bucket."""
@@ -230,8 +246,8 @@ class KafkaOffsetsClient:
             if _error_code(exc) in _NOT_RETRIABLE:
                 raise self._refused(what, exc) from None
             failure: BaseException = exc
-        except ConfigError:
-            raise  # the client could not even be created: retrying changes nothing
+        except (ConfigError, TopicsDeletedError):
+            raise  # the client could not be created, or the topic is gone: retrying changes nothing
         except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
             failure = exc
         self._serve_log()
@@ -280,21 +296,36 @@ class KafkaOffsetsClient:
         return self._call("listing topics", request)
 
     def _describe_counts(self, topics: list[str]) -> dict[str, int]:
+        return {name: identity.partitions for name, identity in self.describe_topics(topics).items()}
+
+    def topic_names(self) -> set[str]:
+        def request(timeout_s: float) -> set[str]:
+            metadata = self._client().list_topics(timeout=timeout_s)
+            # A topic error here (being created, being deleted, leaders moving) is left for
+            # describe_topics to settle: a listing is only the candidates a pattern selects from.
+            return {name for name in metadata.topics if not name.startswith("__")}
+
+        return self._call("listing topics", request)
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
         """One DescribeTopicPartitions request for the named topics (a metadata request for
-        the whole cluster costs more the more topics it has); missing ones are left out."""
-        if not topics:
+        the whole cluster costs more the more topics it has)."""
+        names = sorted(set(topics))
+        if not names:
             return {}
 
-        def request(timeout_s: float) -> dict[str, int]:
-            futures = self._client().describe_topics(TopicCollection(topics), request_timeout=timeout_s)
-            counts = {}
+        def request(timeout_s: float) -> dict[str, TopicIdentity]:
+            futures = self._client().describe_topics(TopicCollection(names), request_timeout=timeout_s)
+            found = {}
             for name, future in futures.items():
                 try:
-                    counts[name] = len(future.result(timeout=timeout_s).partitions)
+                    description = future.result(timeout=timeout_s)
                 except KafkaException as exc:
                     if _error_code(exc) not in _UNKNOWN_TOPIC:
                         raise
-            return counts
+                    continue
+                found[name] = TopicIdentity(str(description.topic_id), len(description.partitions))
+            return found
 
         return self._call("describing the subscribed topics", request)
 
@@ -337,31 +368,45 @@ class KafkaOffsetsClient:
         )
 
         def request(timeout_s: float) -> dict[Bucket, int]:
-            admin = self._client()  # keep referenced until the futures resolve
-            futures = admin.list_offsets(
-                {TopicPartition(b.topic, b.partition): spec for b, spec in specs.items()},
-                isolation_level=isolation,
-                request_timeout=timeout_s,
-            )
-            return dict(check_offsets({
-                Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
-                for tp, future in futures.items()
-            }, lowest))
+            try:
+                admin = self._client()  # keep referenced until the futures resolve
+                futures = admin.list_offsets(
+                    {TopicPartition(b.topic, b.partition): spec for b, spec in specs.items()},
+                    isolation_level=isolation,
+                    request_timeout=timeout_s,
+                )
+                answers = {Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
+                           for tp, future in futures.items()}
+            except KafkaException as exc:
+                if _error_code(exc) in _MAYBE_DELETED:
+                    self._raise_if_deleted({b.topic for b in specs}, timeout_s)
+                raise
+            return dict(check_offsets(answers, lowest))
 
         return self._call(what, request)
 
-    def topic_identity(self, topic: str) -> TopicIdentity | None:
-        def request(timeout_s: float) -> TopicIdentity | None:
-            future = self._client().describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
-            try:
-                description = future.result(timeout=timeout_s)
-            except KafkaException as exc:
-                if _error_code(exc) in _UNKNOWN_TOPIC:
-                    return None
-                raise
-            return TopicIdentity(str(description.topic_id), len(description.partitions))
+    def _raise_if_deleted(self, topics: set[str], timeout_s: float) -> None:
+        """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
+        topics that no longer exist. A topic deleted after the planner listed it fails
+        ListOffsets with "No leaders found" (its partitions have no leader any more), which
+        retrying until ``kafka.default.api.timeout.ms`` cannot fix; it killed the query as
+        "Kafka unavailable". If the check itself fails, the request's own failure stands."""
+        try:
+            futures = self._client().describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout_s)
+            deleted = []
+            for name, future in futures.items():
+                try:
+                    future.result(timeout=timeout_s)
+                except KafkaException as exc:
+                    if _error_code(exc) in _UNKNOWN_TOPIC:
+                        deleted.append(name)
+        except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
+            return
+        if deleted:
+            raise TopicsDeletedError(deleted)
 
-        return self._call(f"describing topic {topic!r}", request)
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        return self.describe_topics([topic]).get(topic)
 
     def ensure_topic(self, topic: str, partitions: int) -> None:
         if topic in self.partition_counts([topic]):

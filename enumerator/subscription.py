@@ -1,21 +1,35 @@
 """Which buckets a query reads (Flink's ``KafkaSubscriber``): ``subscribe``,
-``subscribePattern`` or ``assign``.
+``subscribePattern`` or ``assign``, and the identity (KIP-516 topic id) of each topic read.
 
-Which process: the driver's planner worker. One metadata request per call (none for
-``assign``, whose buckets are fixed).
+Which process: the driver's planner worker. One DescribeTopicPartitions request per call
+(all three kinds, as Spark's admin-based offset reader describes the topics of each), and
+for a pattern one metadata request before it for the topic names.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.settings import SourceSettings
-from backlog_source.enumerator.kafka_offsets import OffsetsClient
+from backlog_source.enumerator.kafka_offsets import OffsetsClient, TopicIdentity
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What the subscription covers now: each topic read, by identity, and its buckets."""
+
+    topics: dict[str, TopicIdentity]
+    buckets: frozenset[Bucket]
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        return {name: identity.topic_id for name, identity in self.topics.items()}
 
 
 class Subscription:
@@ -28,24 +42,37 @@ class Subscription:
         self._warned: set[tuple[str, ...]] = set()
 
     def buckets(self) -> set[Bucket]:
-        """Every bucket the query reads now. Subscribed topics that do not exist yet are
-        logged once and read once they appear, as in Spark. The control topic never matches
-        a pattern."""
+        """Every bucket the query reads now (see :meth:`covered`)."""
+        return set(self.covered().buckets)
+
+    def covered(self) -> Covered:
+        """Every topic and bucket the query reads now.
+
+        ``subscribe``: subscribed topics that do not exist yet are logged once and read once
+        they appear, as in Spark. ``subscribePattern``: every topic whose name the pattern
+        matches *anywhere* (Python's ``re.search``, as Spark's ``findFirstIn``; anchor it
+        with ``^...$`` for whole names, as Kafka's own consumer matches), never an internal
+        topic (``__``-prefixed) nor the control topic. ``assign``: the assigned partitions
+        of topics that exist."""
         settings = self._settings
         if settings.assign is not None:
-            return set(settings.assign)
-        counts = self._client.partition_counts(settings.subscribe)  # every topic for a pattern
+            topics = self._client.describe_topics({b.topic for b in settings.assign})
+            buckets = {b for b in settings.assign if b.topic in topics and b.partition < topics[b.topic].partitions}
+            return Covered(topics, frozenset(buckets))
         if settings.subscribe is not None:
-            topics = [t for t in settings.subscribe if t in counts]
-            missing = tuple(sorted(set(settings.subscribe) - set(counts)))
+            topics = self._client.describe_topics(settings.subscribe)
+            missing = tuple(sorted(set(settings.subscribe) - set(topics)))
             if missing and missing not in self._warned:
                 self._warned.add(missing)
                 log.warning("subscribed topic(s) %s do not exist yet; the query reads them once they appear",
                             ", ".join(missing))
         else:
             assert self._pattern is not None
-            topics = [t for t in counts if self._pattern.fullmatch(t) and t != settings.backlog_events_topic]
-        return {Bucket(topic, p) for topic in topics for p in range(counts[topic])}
+            matched = [t for t in self._client.topic_names()
+                       if self._pattern.search(t) and t != settings.backlog_events_topic and not t.startswith("__")]
+            topics = self._client.describe_topics(matched)
+        buckets = {Bucket(topic, p) for topic, identity in topics.items() for p in range(identity.partitions)}
+        return Covered(topics, frozenset(buckets))
 
     def check_assigned_exist(self) -> None:
         """For ``assign``: raise :class:`ConfigError` naming partitions that do not exist."""

@@ -43,6 +43,15 @@ class FakeOffsetsClient:
         self.calls.append("partition_counts")
         return {topic: len(parts) for topic, parts in self.topics.items() if topics is None or topic in topics}
 
+    def topic_names(self) -> set[str]:
+        self.calls.append("topic_names")
+        return {topic for topic in self.topics if not topic.startswith("__")}
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
+        self.calls.append("describe_topics")
+        return {t: TopicIdentity(self.topic_ids.setdefault(t, f"{t}-0"), len(self.topics[t]))
+                for t in topics if t in self.topics}
+
     def _pair(self, bucket: Bucket) -> tuple[int, int]:
         return self.topics[bucket.topic][bucket.partition]
 
@@ -78,6 +87,12 @@ class FakeOffsetsClient:
     def delete(self, topic: str) -> None:
         del self.topics[topic]
         self.topic_ids.pop(topic, None)
+
+    def recreate(self, topic: str, partitions: list[tuple[int, int]]) -> None:
+        """Delete ``topic`` and create it again with ``partitions``: a new topic id."""
+        generation = int(self.topic_ids.get(topic, f"{topic}-0").rsplit("-", 1)[-1]) + 1
+        self.topics[topic] = list(partitions)
+        self.topic_ids[topic] = f"{topic}-{generation}"
 
     def close(self) -> None:
         self.closed += 1
@@ -163,6 +178,7 @@ class FakeConsumer:
         self.clock = clock
         self.config: dict | None = None
         self.asked: list[int] = []  # num_messages of every consume() call
+        self.waits: list[float] = []  # timeout of every consume() call
         self.watermark_asks: list[tuple] = []  # (partition, timeout, cached) of every get_watermark_offsets()
 
     def __call__(self, config):
@@ -202,6 +218,7 @@ class FakeConsumer:
 
     def consume(self, num, timeout):
         self.asked.append(num)
+        self.waits.append(timeout)
         if self.script:
             step = self.script.pop(0)
             if isinstance(step, Exception):

@@ -15,6 +15,7 @@ removed).
     ├── MalformedRecordError   a Kafka record the output schema cannot hold (Spark fails the same way)
     ├── DataLossError          records the query should have read are gone
     ├── KafkaUnavailableError  Kafka did not answer in time
+    ├── TopicsDeletedError     topics a request named were deleted while it ran
     ├── ControlTopicError      the control topic cannot be created, is missing, or changed
     ├── SnapshotError          a snapshot is missing, malformed or does not fit
     ├── ModeSwitchError        start_backlog_aware could not start or switch the query
@@ -62,6 +63,21 @@ class DataLossError(BacklogSourceError):
 class KafkaUnavailableError(BacklogSourceError):
     """Kafka did not answer within the configured retries or timeouts. The message names the
     servers tried and the option that bounds the wait."""
+
+
+class TopicsDeletedError(BacklogSourceError):
+    """Topics a request named no longer exist: deleted while the query was asking Kafka
+    about them. ``topics`` names them. The planner catches it and applies the data-loss
+    rule to their partitions (as it does for a topic gone before the request); elsewhere it
+    reaches the user with this message."""
+
+    def __init__(self, topics: "list[str] | tuple[str, ...]") -> None:
+        self.topics = tuple(sorted(topics))
+        super().__init__(self.topics)
+
+    def __str__(self) -> str:
+        return (f"topic(s) {', '.join(self.topics)} no longer exist: deleted while the query asked Kafka for "
+                "their offsets")
 
 
 class ControlTopicError(BacklogSourceError):

@@ -19,7 +19,8 @@ Shape, version 2 (the end of one micro-batch)::
      "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
      "trace": {"traceparent": "00-…-…-01", …},  # the backlog phase's trace (enumerator/phase_trace.py), or null
      "snapshot": {"root": "s3://…", "id": "…",   # snapshot.path: buckets whose snapshot is still to be read
-                  "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}}}  # or null
+                  "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}},  # or null
+     "topic_ids": {"orders": "dGhlIHRvcGljIGlk"}}  # each topic's id when planned (KIP-516)
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
 each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
@@ -30,7 +31,10 @@ latency needs no extra batch. A stored example of every released version is read
 ``tests/unit/core/test_offset.py`` (``tests/fixtures/offsets/``).
 
 Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) had no
-``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. Pure codecs;
+``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``
+was added to version 2 in release 0.3.0 as an optional field (an older release reading it
+ignores it, so a rollback still reads the checkpoint; read without it, it is empty and the
+ids are learnt at the next plan). Pure codecs;
 the transitions live in :mod:`backlog_source.enumerator.boundaries` and
 :mod:`backlog_source.enumerator.phase_trace`.
 """
@@ -85,6 +89,7 @@ def encode(offset: SourceOffset) -> dict[str, Any]:
         "event_counts": {kind: offset.event_counts[kind] for kind in COUNT_KINDS},
         "trace": None if offset.trace is None else _trace_to_json(offset.trace),
         "snapshot": None if offset.snapshot is None else _snapshot_to_json(offset.snapshot),
+        "topic_ids": dict(sorted(offset.topic_ids.items())),
     })
 
 
@@ -112,6 +117,7 @@ def decode(data: Any) -> SourceOffset:
         event_counts=_counts_from_json(data.get("event_counts")),
         trace=_trace_from_json(data.get("trace")),
         snapshot=_snapshot_from_json(data.get("snapshot")),
+        topic_ids=_topic_ids_from_json(data.get("topic_ids")),
     )
 
 
@@ -136,6 +142,14 @@ def parse_reported(value: Any) -> SourceOffset | None:
 
 
 # -- the parts ---------------------------------------------------------------------------
+
+
+def _topic_ids_from_json(data: Any) -> dict[str, str]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()):
+        raise OffsetFormatError("offset field 'topic_ids' must map topic names to non-empty id strings")
+    return dict(data)
 
 
 def _counts_from_json(data: Any) -> EventCounts:

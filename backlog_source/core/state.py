@@ -111,6 +111,9 @@ class SourceOffset:
       bucket leaves backlog when the batch commits, and the next batch records why (its
       event, or the committed position). Splits of these buckets carry the boundary, so the
       reader that crosses it publishes the BacklogFinishEvent.
+    * ``topic_ids``: the id (KIP-516) of each topic read, as Kafka described it when this
+      batch was planned: a topic whose id has changed since was deleted and re-created,
+      whatever its offsets say. Empty in offsets written before release 0.3.0.
     """
 
     source_id: str
@@ -122,6 +125,7 @@ class SourceOffset:
     event_counts: EventCounts = field(default_factory=EventCounts)
     trace: PhaseTrace | None = None
     snapshot: SnapshotState | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def processing_backlog(self) -> bool:

@@ -22,7 +22,7 @@ from tests import fakes
 
 #: (fake, the real classes it stands in for, methods only tests call: scripting the fake)
 PAIRS = [
-    (fakes.FakeOffsetsClient, (OffsetsClient, KafkaOffsetsClient), {"append", "delete"}),
+    (fakes.FakeOffsetsClient, (OffsetsClient, KafkaOffsetsClient), {"append", "delete", "recreate"}),
     (fakes.FakeControlTopic, (ControlTopic,), set()),
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),
     (fakes.FakeConsumer, (Consumer,), set()),

@@ -4,7 +4,7 @@ import pytest
 
 from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
+from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError, TopicsDeletedError
 from backlog_source.core.settings import parse_options
 from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
@@ -123,9 +123,10 @@ def test_subscribe_pattern_discovers_new_topics_and_skips_the_control_topic():
     start = enumerator.initial_offset()
     client.topics["ab"] = [(0, 5)]
     client.topics["_backlog_events"] = [(0, 5)]
-    client.topics["xa"] = [(0, 5)]  # pattern must match the whole name
+    client.topics["xa"] = [(0, 5)]  # matched anywhere in the name, as Spark's findFirstIn
+    client.topics["xb"] = [(0, 5)]
     end = enumerator.latest_offset(start, ReadBudget())
-    assert set(end.positions) == {Bucket("a", 0), Bucket("ab", 0)}
+    assert set(end.positions) == {Bucket("a", 0), Bucket("ab", 0), Bucket("xa", 0)}
 
 
 def test_vanished_partition_fails_or_is_dropped():
@@ -154,6 +155,65 @@ def test_offsets_moving_backwards_fail_or_restart_at_earliest():
     client.topics["a"] = [(0, 3), (10, 50)]
     end = enumerator.latest_offset(start, ReadBudget())
     assert end.starts == {A0: 0} and end.positions == {A0: 3, A1: 50}  # from its earliest; nothing skipped
+
+
+def test_a_topic_recreated_past_the_positions_read_is_found_by_its_topic_id_and_fails_or_is_read_from_its_start():
+    """Caught up at 100 and 50, the topic is deleted and re-created with more records than
+    were read: its offsets alone look like more records of the same topic, and the records
+    below the old positions were skipped silently. Its topic id says it is another topic."""
+    enumerator, client = make()
+    start = enumerator.initial_offset()
+    assert start.topic_ids == {"a": "a-0"}
+    client.recreate("a", [(0, 150), (0, 80)])
+    with pytest.raises(DataLossError, match=r"topic\(s\) a \(topic id a-0 -> a-1\) were deleted and re-created") as raised:
+        enumerator.latest_offset(start, ReadBudget())
+    assert "failOnDataLoss=false to read the re-created topic(s) from their earliest offsets" in str(raised.value)
+
+    enumerator, client = make({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    client.recreate("a", [(0, 150), (0, 80)])
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.starts == {A0: 0, A1: 0} and end.positions == {A0: 150, A1: 80} and end.topic_ids == {"a": "a-1"}
+    assert end.boundaries == {A0: 150, A1: 80}  # a new topic read from its start is in backlog
+
+
+def test_a_checkpoint_without_topic_ids_learns_them_at_the_next_batch():
+    enumerator, client = make()
+    start = enumerator.initial_offset()
+    legacy = offset_codec.decode({k: v for k, v in offset_codec.encode(start).items() if k != "topic_ids"})
+    assert legacy.topic_ids == {}
+    client.recreate("a", [(0, 150), (10, 80)])  # cannot be told apart without the old id
+    assert enumerator.latest_offset(legacy, ReadBudget()).topic_ids == {"a": "a-1"}
+
+
+class DeletedDuringPlan(FakeOffsetsClient):
+    """The topic list still has ``deleted`` when the latest offsets are asked for; the
+    offsets request then finds it gone, as on Apache Kafka mid-deletion."""
+
+    deleted: str = ""
+
+    def latest_offsets(self, buckets, known=None):
+        if any(b.topic == self.deleted for b in buckets):
+            self.topics.pop(self.deleted, None)
+            raise TopicsDeletedError([self.deleted])
+        return super().latest_offsets(buckets, known)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_deleted_while_its_offsets_are_asked_is_handled_as_a_deleted_topic(fail_on_data_loss):
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*", "failOnDataLoss": fail_on_data_loss,
+                              "backlog.minPollIntervalMs": "0"})
+    client = DeletedDuringPlan(topics={"t1": [(0, 10)] * 5, "t2": [(0, 4)]})
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
+    start = enumerator.initial_offset()
+    client.append("t2", 0, 3)
+    client.deleted = "t1"
+    if fail_on_data_loss == "true":
+        with pytest.raises(DataLossError, match=r"partition\(s\) t1-0 \(next offset 10\).* no longer exist"):
+            enumerator.latest_offset(start, ReadBudget())
+        return
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions == {Bucket("t2", 0): 7} and end.topic_ids == {"t2": "t2-0"}
 
 
 def test_the_first_batch_runs_under_min_records_and_later_ones_wait_for_max_trigger_delay():

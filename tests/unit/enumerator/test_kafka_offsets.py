@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError, TopicsDeletedError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient, RequestPolicy, TopicIdentity
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
@@ -31,6 +31,32 @@ def test_one_batched_request_for_every_bucket():
     offsets_client, admin, _ = client([offsets({A0: 5, A1: 7})])
     assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
     assert [what for what, _ in admin.requests] == ["list_offsets"]
+
+
+def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead_of_retrying():
+    """Mid-deletion, librdkafka finds no leader for the topic's partitions ("Failed to query
+    partition leaders: No leaders found", _NOENT); retrying until the deadline failed the
+    query as "Kafka unavailable". The client asks whether the topics still exist."""
+    no_leaders = failed(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
+    offsets_client, admin, clock = client([no_leaders, describe({"b": 1})])
+    with pytest.raises(TopicsDeletedError) as raised:
+        offsets_client.latest_offsets([A0, Bucket("b", 0)])
+    assert raised.value.topics == ("a",) and clock.slept == []
+    assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics"]
+
+
+def test_no_leaders_for_a_topic_that_still_exists_is_retried_as_before():
+    no_leaders = failed(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
+    offsets_client, admin, _ = client([no_leaders, describe({"a": 2}), offsets({A0: 5})])
+    assert offsets_client.latest_offsets([A0]) == {A0: 5}
+
+
+def test_topic_names_lists_every_non_internal_topic_and_describe_gives_ids_of_those_that_exist():
+    listing = SimpleNamespace(topics={"a": SimpleNamespace(error=None), "being-deleted": SimpleNamespace(
+        error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE)), "__consumer_offsets": SimpleNamespace(error=None)})
+    offsets_client, _, _ = client([lambda: listing, describe({"a": 3}, topic_id="id-a")])
+    assert offsets_client.topic_names() == {"a", "being-deleted"}
+    assert offsets_client.describe_topics(["a", "being-deleted"]) == {"a": TopicIdentity("id-a", 3)}
 
 
 def test_a_request_that_used_its_share_is_retried_after_the_retry_interval():

@@ -33,12 +33,21 @@ def test_a_subscribed_topic_that_does_not_exist_yet_is_logged_once_and_read_once
     assert {b for b in sub.buckets() if b.topic == "later"} == {Bucket("later", p) for p in range(3)}
 
 
-def test_a_pattern_matches_whole_topic_names_as_javas_matches_does_and_never_the_control_topic():
-    client = FakeOffsetsClient({"orders": [(0, 0)], "orders-eu": [(0, 0)], "my-orders": [(0, 0)],
-                                "_backlog_events": [(0, 0)]})
-    assert subscription(client, subscribePattern="orders.*").buckets() == {Bucket("orders", 0), Bucket("orders-eu", 0)}
-    assert subscription(client, subscribePattern=".*").buckets() == {
+def test_a_pattern_matches_anywhere_in_a_name_as_sparks_find_first_in_does_and_never_the_control_topic():
+    client = FakeOffsetsClient({"orders": [(0, 0)], "orders-eu": [(0, 0)], "my-orders": [(0, 0)], "clicks": [(0, 0)],
+                                "_backlog_events": [(0, 0)], "__consumer_offsets": [(0, 0)]})
+    assert subscription(client, subscribePattern="orders.*").buckets() == {
         Bucket("orders", 0), Bucket("orders-eu", 0), Bucket("my-orders", 0)}
+    assert subscription(client, subscribePattern="^orders.*$").buckets() == {Bucket("orders", 0), Bucket("orders-eu", 0)}
+    assert subscription(client, subscribePattern="X_t[0-9]+").buckets() == set()
+    assert subscription(client, subscribePattern=".*").buckets() == {
+        Bucket("orders", 0), Bucket("orders-eu", 0), Bucket("my-orders", 0), Bucket("clicks", 0)}
+    assert subscription(client, subscribePattern="consumer_offsets|events").buckets() == set()
+
+
+def test_a_pattern_selects_as_sparks_rule_on_the_issues_topics():
+    client = FakeOffsetsClient({"X_t1": [(0, 0)], "X_t2": [(0, 0)], "X_t1x": [(0, 0)], "Y_t1": [(0, 0)]})
+    assert {b.topic for b in subscription(client, subscribePattern="X_t[0-9]+").buckets()} == {"X_t1", "X_t2", "X_t1x"}
 
 
 def test_a_new_topic_matching_the_pattern_is_read_from_the_next_call():
@@ -49,10 +58,18 @@ def test_a_new_topic_matching_the_pattern_is_read_from_the_next_call():
     assert sub.buckets() == {Bucket("orders", 0), Bucket("orders-new", 0), Bucket("orders-new", 1)}
 
 
-def test_assign_is_fixed_and_asks_kafka_nothing():
-    client = FakeOffsetsClient({"a": [(0, 0)] * 4})
-    sub = subscription(client, assign='{"a": [0, 2]}')
-    assert sub.buckets() == {Bucket("a", 0), Bucket("a", 2)} and client.calls == []
+def test_assign_reads_the_assigned_partitions_of_topics_that_exist_and_asks_one_describe():
+    client = FakeOffsetsClient({"a": [(0, 0)] * 4, "b": [(0, 0)]})
+    sub = subscription(client, assign='{"a": [0, 2], "b": [0]}')
+    assert sub.buckets() == {Bucket("a", 0), Bucket("a", 2), Bucket("b", 0)} and client.calls == ["describe_topics"]
+    client.delete("b")
+    assert sub.buckets() == {Bucket("a", 0), Bucket("a", 2)}
+
+
+def test_covered_names_each_topics_id():
+    client = FakeOffsetsClient({"a": [(0, 0)] * 2}, topic_ids={"a": "id-a"})
+    covered = subscription(client, subscribe="a,missing").covered()
+    assert covered.topic_ids == {"a": "id-a"} and covered.buckets == {Bucket("a", 0), Bucket("a", 1)}
 
 
 def test_assigned_partitions_that_do_not_exist_are_a_clear_error():
