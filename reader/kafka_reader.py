@@ -43,8 +43,14 @@ log = logging.getLogger(__name__)
 
 #: Records per consume() call, and so at most per Arrow batch (measured in benchmarks/).
 CONSUME_BATCH = 10_000
-#: Upper bound of one consume() wait, so the no-progress deadline is checked often.
-_CONSUME_WAIT_S = 1.0
+#: How long one consume() may wait for the messages it asks for: the shortest wait, used
+#: again after every call that moved a range, doubling up to the longest while none does.
+#: consume() returns only once it has every message asked for or the wait is over, and a
+#: range that ends at the log end past offsets without a record (transaction markers, a
+#: compacted tail) never gets as many messages as it has offsets: a fixed 1 s wait made
+#: every such read wait the whole second. The longest wait keeps the no-progress deadline
+#: checked often.
+_CONSUME_WAIT_MIN_S, _CONSUME_WAIT_MAX_S = 0.01, 1.0
 #: While the position does not move, ask this often whether the partition still exists
 #: (librdkafka does not always report a deleted topic as an error).
 _EXISTENCE_CHECK_S = 3.0
@@ -200,17 +206,20 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         consumer.assign(partitions)
     one_topic = len({r.topic for r in ranges}) == 1
     first_fetch = True
+    wait_s = _CONSUME_WAIT_MIN_S
     last_progress = last_check = clock()
     while True:
         active = [p for p in progress.values() if not p.done]
         if not active:
             return
-        # consume() waits until it has that many messages or the timeout passed: asking for
+        # consume() waits until it has that many messages or the wait is over: asking for
         # exactly what remains returns as soon as the last record arrives (asking for more
-        # made every small split wait the full second, then a broker-held fetch for EOF).
+        # made every small split wait the full wait, then a broker-held fetch for EOF). With
+        # gaps, fewer messages than offsets exist; the end-of-partition event then ends the
+        # range within one short wait.
         wanted = min(CONSUME_BATCH, sum(p.range.end - p.position for p in active))
         started = time.perf_counter()
-        messages = consumer.consume(wanted, _CONSUME_WAIT_S)
+        messages = consumer.consume(wanted, wait_s)
         if first_fetch and messages:
             step_timings.record("reader.first_fetch", (time.perf_counter() - started) * 1000)
             first_fetch = False
@@ -222,6 +231,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
                 batch = to_record_batch(records, active[0].range.topic if single or one_topic else None,
                                         active[0].range.partition if single else None, config.include_headers)
         now = clock()
+        wait_s = _CONSUME_WAIT_MIN_S if moved else min(wait_s * 2, _CONSUME_WAIT_MAX_S)
         if moved:
             for bucket, position in moved.items():
                 progress[bucket].position = max(progress[bucket].position, position)

@@ -44,6 +44,26 @@ def test_compaction_gap_at_the_end_finishes_on_end_of_partition():
     assert offsets_read(batches) == [0, 2]
 
 
+def test_a_range_ending_at_the_log_end_past_markers_ends_with_its_end_of_partition_event_after_short_waits():
+    """Three transactions of 10 records: offsets 10, 21 and 32 are commit markers, so the
+    range [0, 33) has 30 records. consume() waits until it has every message asked for or
+    its wait is over: it is asked with a short wait, doubled only while nothing arrives, so
+    the end-of-partition event ends the read at once (a fixed 1 s wait made every such read
+    take the whole second)."""
+    records = [Msg(o) for o in range(33) if o not in (10, 21, 32)]
+    consumer = FakeConsumer([records, [], [], [eof(33)]])
+    assert offsets_read(read(split(("t", 0, 0, 33)), consumer)) == [m.offset() for m in records]
+    assert consumer.waits == [0.01, 0.01, 0.02, 0.04]
+    assert consumer.asked == [33, 1, 1, 1]
+
+
+def test_the_consume_wait_doubles_while_nothing_arrives_up_to_one_second_and_resets_on_progress():
+    clock = FakeClock()
+    consumer = FakeConsumer([[]] * 9 + [[Msg(0)], [], [Msg(1)]], clock=clock)
+    assert offsets_read(read(split(("t", 0, 0, 2)), consumer, clock=clock)) == [0, 1]
+    assert consumer.waits == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0, 0.01, 0.02]
+
+
 def test_empty_polls_alone_never_end_a_range():
     clock = FakeClock()
     consumer = FakeConsumer([[Msg(0)]], clock=clock)
