@@ -3,6 +3,8 @@ reader gives a consumer back only after a clean read."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import KafkaError
 
@@ -52,6 +54,41 @@ def test_an_idle_consumer_past_the_timeout_is_closed_not_lent():
     pool.give_back("k", old)
     clock.advance(301)
     assert pool.borrow(SETTINGS, "k") is not old and old.closed
+
+
+def test_the_evictor_closes_consumers_idle_past_the_timeout_and_keeps_the_others():
+    """A kept consumer whose cluster went away reconnects (and logs) for as long as it is
+    kept; eviction bounds that to the idle timeout even when no read asks for its key."""
+    clock = FakeClock()
+    factory = Factory()
+    pool = ConsumerPool(factory, idle_timeout_s=300, clock=clock)
+    old, recent = pool.borrow(SETTINGS, "old"), pool.borrow(SETTINGS, "recent")
+    pool.give_back("old", old)
+    clock.advance(200)
+    pool.give_back("recent", recent)
+    assert pool.evict_idle() == 0 and not old.closed
+    clock.advance(101)
+    assert pool.evict_idle() == 1 and old.closed and not recent.closed
+    assert pool.idle_consumers() == [recent] and pool.evicted == 1
+
+
+def test_the_worker_pool_runs_an_evictor_thread_once_it_keeps_a_consumer():
+    factory = Factory()
+    pool = ConsumerPool(factory, idle_timeout_s=0.0, evict_every_s=0.01)
+    consumer = pool.borrow(SETTINGS, "k")
+    pool.give_back("k", consumer)
+    evicted = threading.Event()
+    original = pool.evict_idle
+
+    def observed():
+        closed = original()
+        if closed:
+            evicted.set()
+        return closed
+
+    pool.evict_idle = observed
+    assert evicted.wait(timeout=30), "the evictor never closed the idle consumer"
+    assert consumer.closed and len(pool) == 0
 
 
 def test_the_pool_keeps_at_most_its_capacity_closing_the_least_recently_used():
