@@ -191,21 +191,34 @@ def create_live_topic(bootstrap: str, topic: str, partitions: int) -> None:
     create_topic(bootstrap, topic, partitions, LIVE_TOPIC_CONFIG)
 
 
-def live_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out) -> None:
+#: How often a transactional live producer commits (each commit writes a marker to every
+#: partition it wrote to: offsets without a record at the log end).
+TRANSACTION_EVERY_S = 0.2
+
+
+def live_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, out,
+                  transactional: bool = False) -> None:
     """``rate`` records/s for ``seconds``, round-robin over the partitions, with librdkafka's
-    default batching. Sends back ``[(partition, offset, timestamp_ms), ...]`` of every
-    acknowledged record: on a :func:`create_live_topic` topic the timestamp is the broker's
-    append time."""
+    default batching; ``transactional``: in transactions committed every
+    :data:`TRANSACTION_EVERY_S`, as an exactly-once writer produces. Sends back
+    ``[(partition, offset, timestamp_ms), ...]`` of every acknowledged (and committed)
+    record: on a :func:`create_live_topic` topic the timestamp is the broker's append time."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "benchmark-producer"})
+    config = {"bootstrap.servers": bootstrap, "client.id": "benchmark-producer"}
+    if transactional:
+        config["transactional.id"] = f"benchmark-{topic}"
+    producer = Producer(config)
     delivered: list[tuple[int, int, int]] = []
 
     def on_delivery(error, message) -> None:
         if error is None:
             delivered.append((message.partition(), message.offset(), message.timestamp()[1]))
 
-    started = time.perf_counter()
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    started = committed_at = time.perf_counter()
     sent = 0
     while time.perf_counter() - started < seconds:
         due = int((time.perf_counter() - started) * rate)
@@ -213,15 +226,23 @@ def live_producer(bootstrap: str, topic: str, partitions: int, rate: float, seco
             producer.produce(topic, value=b"l" * 100, partition=sent % partitions, on_delivery=on_delivery)
             sent += 1
         producer.poll(0)
+        if transactional and time.perf_counter() - committed_at >= TRANSACTION_EVERY_S:
+            producer.commit_transaction(30)
+            producer.begin_transaction()
+            committed_at = time.perf_counter()
         time.sleep(0.001)
+    if transactional:
+        producer.commit_transaction(30)
     producer.flush(60)
     out.put(delivered)
 
 
-def start_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float):
+def start_producer(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
+                   transactional: bool = False):
     """A running :func:`live_producer` process and the queue its deliveries come back on."""
     out = mp.Queue()
-    process = mp.Process(target=live_producer, args=(bootstrap, topic, partitions, rate, seconds, out), daemon=True)
+    process = mp.Process(target=live_producer, args=(bootstrap, topic, partitions, rate, seconds, out, transactional),
+                         daemon=True)
     process.start()
     return process, out
 
@@ -453,11 +474,12 @@ def run_source(spark, bootstrap: str, topic: str, expected: int, **options: str)
 
 
 def produce_and_catch_up(query, bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
-                         catch_up_s: float = 300) -> tuple[list, bool]:
-    """Produce ``rate`` records/s over ``partitions`` for ``seconds``, then wait up to
-    ``catch_up_s`` for ``query`` to commit all of them. Returns what the producer delivered
-    and whether the query caught up (a query that cannot keep up is a result, not a crash)."""
-    producer, out = start_producer(bootstrap, topic, partitions, rate, seconds)
+                         catch_up_s: float = 300, transactional: bool = False) -> tuple[list, bool]:
+    """Produce ``rate`` records/s over ``partitions`` for ``seconds`` (``transactional``: see
+    :func:`live_producer`), then wait up to ``catch_up_s`` for ``query`` to commit all of them.
+    Returns what the producer delivered and whether the query caught up (a query that cannot
+    keep up is a result, not a crash)."""
+    producer, out = start_producer(bootstrap, topic, partitions, rate, seconds, transactional)
     delivered = out.get(timeout=seconds + 120)
     producer.join(30)
     ends: dict[int, int] = defaultdict(int)
