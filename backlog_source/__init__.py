@@ -32,7 +32,14 @@ from backlog_source.core.errors import (
 from backlog_source.core.settings import SourceSettings, parse_options
 from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
 from backlog_source.metrics import lag_metrics
-from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener, Mode, Transition, start_backlog_aware
+from backlog_source.mode_switch import (
+    BacklogAwareQuery,
+    BacklogModeListener,
+    Mode,
+    StopTimeoutError,
+    Transition,
+    start_backlog_aware,
+)
 
 __all__ = [
     "BacklogAwareQuery",
@@ -50,6 +57,7 @@ __all__ = [
     "OffsetFormatError",
     "SnapshotError",
     "SourceSettings",
+    "StopTimeoutError",
     "Transition",
     "__version__",
     "lag_metrics",

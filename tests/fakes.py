@@ -1,10 +1,14 @@
 """Every fake the unit tests use, in one place: a Kafka offsets client, a consumer, the
-control topic, a clock, and Spark's query/writer objects for the mode-switch controller."""
+control topic, a clock, and Spark's query/writer objects for the mode-switch controller (classic,
+and Spark Connect's with its client-side listener bus)."""
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
+import warnings
+from contextlib import contextmanager
 from concurrent.futures import Future
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -284,9 +288,17 @@ class FakeQuery:
 
 
 class FakeSpark:
+    """A classic ``SparkSession``: its ``streams`` keep listeners in ``listeners``;
+    ``post(event)`` hands an event to each, on the calling thread (the JVM's listener bus
+    thread, in Spark)."""
+
     def __init__(self) -> None:
         self.listeners: list = []
         self.streams = SimpleNamespace(addListener=self.listeners.append, removeListener=self.listeners.remove)
+
+    def post(self, event) -> None:
+        for listener in list(self.listeners):
+            getattr(listener, _CALLBACKS[getattr(event, "kind", "progress")])(event)
 
 
 class FakeWriter:
@@ -327,6 +339,242 @@ class FakeInPlaceSwitcher:
         self.applied.append(self._intervals_ms[to])
         self.query.interval_ms = self._intervals_ms[to]
         return Switched(self.query, to)
+
+
+# -- Spark Connect's client-side listener bus, with its locking ----------------------------
+
+
+class _Abandoned(Exception):
+    """The test abandoned a :class:`FakeConnectListenerBus`: a thread stuck on its lock gives up."""
+
+
+def started_event(query) -> SimpleNamespace:
+    """A ``QueryStartedEvent`` of ``query``'s run."""
+    return SimpleNamespace(kind="started", id=query.id, runId=query.runId, name=None)
+
+
+def idle_event(query, at_ms: int) -> SimpleNamespace:
+    """A ``QueryIdleEvent``: ``query``'s trigger at ``at_ms`` found no new data."""
+    return SimpleNamespace(kind="idle", id=query.id, runId=query.runId, timestamp=iso_timestamp(at_ms))
+
+
+def terminated_event(query, exception: str | None = None) -> SimpleNamespace:
+    """A ``QueryTerminatedEvent`` of ``query``'s run."""
+    return SimpleNamespace(kind="terminated", id=query.id, runId=query.runId, exception=exception)
+
+
+_CALLBACKS = {"started": "onQueryStarted", "progress": "onQueryProgress", "idle": "onQueryIdle",
+              "terminated": "onQueryTerminated"}
+
+
+class FakeConnectListenerBus:
+    """PySpark Connect's client-side ``StreamingQueryListenerBus``
+    (pyspark/sql/connect/streaming/query.py) with its locking kept as it is: ``append``,
+    ``remove`` and ``post_to_all`` hold one non-reentrant lock; ``append`` of the first
+    listener opens the server's event stream and starts the event thread; ``remove`` of the
+    last listener asks the server to end the stream (events already sent stay ahead of its
+    end) and joins the event thread *while holding the lock*; the event thread takes the
+    lock in ``post_to_all`` for every event it reads. So an event on its way when the last
+    listener is removed hangs both threads, as in PySpark.
+
+    Test-only controls (the real bus has none): ``server_post(event)`` is the server sending
+    an event (dropped while no server-side listener is registered); ``hold()`` keeps the
+    event thread from handing on the event it read (network latency) until ``release()``;
+    ``fail_stream()`` breaks the event stream (the event thread then forgets every listener,
+    as PySpark's does); ``joining`` is set while ``remove`` joins with the lock held, and
+    ``event_thread_waiting`` when the event thread has to wait for the lock; ``abandon()``
+    frees threads stuck in the deadlock so that a test can end (PySpark's waits have no such
+    exit; here they only poll the flag, which a test sets at its end).
+    """
+
+    EVENT_THREAD = "fake-connect-listener-events"
+
+    def __init__(self, sqm) -> None:
+        self._sqm = sqm
+        self._listener_bus: list = []
+        self._execution_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stream = None  # the server's event stream (a queue) while it has a listener
+        self._network = threading.Event()
+        self._network.set()
+        self._abandoned = threading.Event()
+        self.joining = threading.Event()
+        self.event_thread_waiting = threading.Event()
+        self.removals = 0  # remove() calls that found the listener
+
+    # -- the real bus's API -------------------------------------------------------------
+
+    def close(self) -> None:
+        for listener in list(self._listener_bus):
+            self.remove(listener)
+
+    def append(self, listener) -> None:
+        with self._locked():
+            self._listener_bus.append(listener)
+            if len(self._listener_bus) == 1:
+                assert self._execution_thread is None
+                self._stream = queue.Queue()
+                # As PySpark: no daemon=..., so the thread is a daemon only if the caller's thread is.
+                self._execution_thread = threading.Thread(target=self._query_event_handler, args=(self._stream,),
+                                                          name=self.EVENT_THREAD)
+                self._execution_thread.start()
+
+    def remove(self, listener) -> None:
+        with self._locked():
+            if listener not in self._listener_bus:
+                return
+            self.removals += 1
+            if len(self._listener_bus) == 1:
+                self._stream.put(_END_OF_STREAM)  # the server removes its listener: the stream ends
+                self._stream = None
+                if self._execution_thread is not None:
+                    self.joining.set()
+                    while self._execution_thread.is_alive():  # PySpark: join(), no timeout
+                        self._execution_thread.join(0.05)
+                        if self._abandoned.is_set():
+                            raise _Abandoned()
+                    self._execution_thread = None
+            self._listener_bus.remove(listener)
+
+    def post_to_all(self, event) -> None:
+        on_event_thread = threading.current_thread().name == self.EVENT_THREAD
+        with self._locked(self.event_thread_waiting if on_event_thread else None):
+            for listener in self._listener_bus:
+                try:
+                    getattr(listener, _CALLBACKS[getattr(event, "kind", "progress")])(event)
+                except Exception as exc:  # PySpark warns and goes on with the next listener
+                    warnings.warn(f"Listener {listener} threw an exception\n{exc}")
+
+    # -- test-only --------------------------------------------------------------------------
+
+    def server_post(self, event) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.put(event)
+
+    def fail_stream(self) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.put(_STREAM_FAILED)
+
+    def hold(self) -> None:
+        self._network.clear()
+
+    def release(self) -> None:
+        self._network.set()
+
+    def abandon(self) -> None:
+        self._abandoned.set()
+        self._network.set()
+        stream = self._stream
+        if stream is not None:
+            stream.put(_END_OF_STREAM)
+
+    # -- inside --------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, waiting: threading.Event | None = None):
+        """``with self._lock``, as PySpark has it; the wait only polls the abandon flag."""
+        if not self._lock.acquire(blocking=False):
+            if waiting is not None:
+                waiting.set()
+            while not self._lock.acquire(timeout=0.05):
+                if self._abandoned.is_set():
+                    raise _Abandoned()
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _query_event_handler(self, stream) -> None:
+        try:
+            while True:
+                event = stream.get()
+                while not self._network.wait(0.05):  # held: the event is on its way
+                    if self._abandoned.is_set():
+                        return
+                if event is _END_OF_STREAM or self._abandoned.is_set():
+                    return
+                if event is _STREAM_FAILED:  # PySpark: warn, forget every listener, end the thread
+                    with self._locked():
+                        self._execution_thread = None
+                        self._stream = None
+                        self._listener_bus.clear()
+                    return
+                self.post_to_all(event)
+        except _Abandoned:
+            return
+
+
+_END_OF_STREAM, _STREAM_FAILED = object(), object()
+
+
+class FakeConnectStreams:
+    """A Spark Connect session's ``StreamingQueryManager``: ``addListener`` sets the
+    listener's session and appends it to the client-side bus, ``removeListener`` removes it
+    (pyspark/sql/connect/streaming/query.py). ``added`` and ``removed`` count the calls."""
+
+    def __init__(self, session) -> None:
+        self._session = session
+        self._sqlb = FakeConnectListenerBus(self)
+        self.added = 0
+        self.removed = 0
+
+    def close(self) -> None:
+        self._sqlb.close()
+
+    def addListener(self, listener) -> None:
+        self.added += 1
+        listener._set_spark_session(self._session)
+        self._sqlb.append(listener)
+
+    def removeListener(self, listener) -> None:
+        self.removed += 1
+        self._sqlb.remove(listener)
+
+
+class FakeConnectSession:
+    """A Spark Connect ``SparkSession``: only its ``streams``."""
+
+    def __init__(self) -> None:
+        self.streams = FakeConnectStreams(self)
+
+
+class FakeConnectQuery(FakeQuery):
+    """A Connect ``StreamingQuery``: ``stop()`` is answered at once, and the server sends the
+    run's ``QueryTerminatedEvent`` on the event stream afterwards (once: stopping a stopped
+    query sends nothing)."""
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.spark.streams._sqlb.server_post(terminated_event(self))
+
+
+class FakeConnectWriter(FakeWriter):
+    """A Connect ``DataStreamWriter``: ``start()`` posts the ``QueryStartedEvent`` to the
+    client-side bus on the caller's thread, taking the bus lock, as
+    pyspark/sql/connect/streaming/readwriter.py does. Writers may share one session."""
+
+    def __init__(self, session: FakeConnectSession | None = None) -> None:
+        self._session = session or FakeConnectSession()
+        self.started: list[FakeQuery] = []
+        self._interval_ms: int | None = None
+        self._starts = threading.Condition()
+
+    def start(self, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **options) -> FakeQuery:
+        query = FakeConnectQuery(self._session, self._interval_ms)
+        with self._starts:
+            self.started.append(query)
+            self._starts.notify_all()
+        self._session.streams._sqlb.post_to_all(started_event(query))
+        return query
+
+    def wait_started(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` runs have started."""
+        with self._starts:
+            return self._starts.wait_for(lambda: len(self.started) >= count, timeout)
 
 
 # -- Kafka's AdminClient: scripted answers -----------------------------------------------
@@ -559,6 +807,20 @@ class HeldSwitcher(FakeInPlaceSwitcher):
         return super().switch(to)
 
 
+class SignallingSwitcher(FakeInPlaceSwitcher):
+    """An in-place switcher that sets ``switched`` once a switch is made: a test waits on it,
+    never on a sleep."""
+
+    def __init__(self, query: FakeQuery, intervals_ms) -> None:
+        super().__init__(query, intervals_ms)
+        self.switched = threading.Event()
+
+    def switch(self, to: Mode) -> Switched:
+        result = super().switch(to)
+        self.switched.set()
+        return result
+
+
 class RefusedAttach(FakeInPlaceSwitcher):
     """An in-place switcher whose running executor fails the checks."""
 
@@ -574,6 +836,24 @@ class RecordingReceiver:
 
     def receive(self, message):
         self.messages.append(message)
+
+
+class WaitingReceiver(RecordingReceiver):
+    """A :class:`RecordingReceiver` a test can wait on: ``wait_messages(n)`` returns when it
+    has ``n`` messages (False after the timeout), for messages delivered on another thread."""
+
+    def __init__(self):
+        super().__init__()
+        self._arrived = threading.Condition()
+
+    def receive(self, message):
+        with self._arrived:
+            super().receive(message)
+            self._arrived.notify_all()
+
+    def wait_messages(self, count: int, timeout: float) -> bool:
+        with self._arrived:
+            return self._arrived.wait_for(lambda: len(self.messages) >= count, timeout)
 
 
 # -- recorded progress events -------------------------------------------------------------

@@ -3,15 +3,17 @@
 :func:`start_backlog_aware` (in :mod:`.start`) starts the query and returns a
 :class:`BacklogAwareQuery` handle (:mod:`.controller`, with the :class:`ModeController`
 that decides); :class:`BacklogModeListener` (:mod:`.listener`) is the
-``StreamingQueryListener`` that reads the backlog flag; :mod:`.policy` decides once how
+``StreamingQueryListener`` that reads the backlog flag; :mod:`.session_listener` keeps one
+of them registered per SparkSession and routes its messages to the handles attached to it
+(never removed: a removal can hang Spark Connect); :mod:`.policy` decides once how
 switches are made, :mod:`.switchers` makes them, in place or by a restart;
 :mod:`.writer_info` inspects the writer.
 """
 
-from backlog_source.mode_switch.controller import BacklogAwareQuery, Transition
+from backlog_source.mode_switch.controller import BacklogAwareQuery, StopTimeoutError, Transition
 from backlog_source.mode_switch.listener import BacklogModeListener, Mode, backlog_flag
 from backlog_source.mode_switch.start import start_backlog_aware
 from backlog_source.mode_switch.switchers import SwitchMethod
 
-__all__ = ["BacklogAwareQuery", "BacklogModeListener", "Mode", "SwitchMethod", "Transition", "backlog_flag",
-           "start_backlog_aware"]
+__all__ = ["BacklogAwareQuery", "BacklogModeListener", "Mode", "StopTimeoutError", "SwitchMethod", "Transition",
+           "backlog_flag", "start_backlog_aware"]

@@ -1,9 +1,11 @@
 """The handle :func:`~backlog_source.mode_switch.start_backlog_aware` returns, and the
 controller behind it.
 
-Which process: the user's driver program. :class:`~.listener.BacklogModeListener` (on
-Spark's listener thread) hands each progress event to :meth:`BacklogAwareQuery.receive`,
-which only queues it; the handle's controller thread gives the messages, one at a time, to
+Which process: the user's driver program. The session's one
+:class:`~.listener.BacklogModeListener` (:mod:`.session_listener`; on Spark's listener
+thread, or the Connect client's event thread) hands each progress event of the handle's
+query to :meth:`BacklogAwareQuery.receive`, which only queues it; the handle's controller
+thread gives the messages, one at a time, to
 :class:`ModeController`, which decides and applies switches through the
 :class:`~.switchers.TriggerSwitcher` its :class:`~.policy.SwitchPolicy` chose (in place, or
 by a restart). So a slow switch or a slow sink never blocks Spark's listener thread, and the
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from backlog_source.core.durations import duration_ms
@@ -30,8 +35,9 @@ from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
 from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.core.tracing.spans import SwitchSpan
-from backlog_source.mode_switch.listener import BacklogModeListener, BatchCommitted, Mode, QueryTerminated, TriggerIdle
+from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
 
 log = logging.getLogger(__name__)
@@ -130,6 +136,13 @@ class ModeController:
             return self._query
 
     @property
+    def query_id(self) -> str | None:
+        """The query's id (the same across restart-method switches: Spark keeps it in the
+        checkpoint); None before :meth:`start`."""
+        with self._lock:
+            return self._query_id
+
+    @property
     def switch_method(self) -> SwitchMethod:
         assert self._switcher is not None, "start() first"
         return self._switcher.method
@@ -212,7 +225,9 @@ class ModeController:
         exporter.flush()
 
     def stop_query(self) -> None:
-        """Stop the running query, if any; quietly when it already failed or stopped."""
+        """Stop the running query, if any; quietly when it already failed or stopped. Runs
+        on the controller thread, or on the handle's ``backlog-mode-stop`` thread once the
+        controller thread has ended (never on the thread that called the handle's stop())."""
         query = self._query
         if query is not None:
             try:
@@ -275,19 +290,42 @@ class ModeController:
         span.end(ended_by, effective)
 
 
+class StopTimeoutError(ModeSwitchError, TimeoutError):
+    """:meth:`BacklogAwareQuery.stop` gave up waiting; the message says what had not ended.
+    The query may still be stopping (Spark's ``query.stop()`` waits for the running batch,
+    bounded only by ``spark.sql.streaming.stopTimeout``)."""
+
+
+#: How long :meth:`BacklogAwareQuery.stop` waits, by default, for the query to stop: a
+#: restart-method switch in progress (settle wait, stop, start) finishes first.
+STOP_TIMEOUT_S = 120.0
+
+
 class BacklogAwareQuery:
-    """The handle :func:`start_backlog_aware` returns: the listener, a queue, and the
-    controller thread that hands each queued message to a :class:`ModeController`.
+    """The handle :func:`start_backlog_aware` returns: an attachment to the session's
+    listener (:mod:`.session_listener`), a queue, and the controller thread that hands each
+    queued message to a :class:`ModeController`.
+
+    Threads: :meth:`start` and :meth:`stop` run on the user's thread; :meth:`receive` on
+    Spark's listener thread (classic) or the Connect client's event thread; everything that
+    changes or stops the query runs on the controller thread (``backlog-mode-controller``),
+    or, when that thread has already ended, on a short-lived ``backlog-mode-stop`` thread.
+    The user's thread only waits, always with a deadline. Nothing here calls
+    ``removeListener``: the session's listener stays registered and the handle detaches
+    (see :mod:`.session_listener` for the Spark Connect deadlock that avoids).
 
     ``mode``, ``transitions``, ``query`` and ``switch_method`` may be read from any thread.
     """
 
-    def __init__(self, controller: ModeController, spark: Any) -> None:
+    def __init__(self, controller: ModeController, spark: Any, *,
+                 session_listener: SessionListener | None = None) -> None:
         self._controller = controller
         self._spark = spark
+        self._session_listener = session_listener
+        self._attachment: Attachment | None = None
         self._inbox: queue.Queue[Message] = queue.Queue()
         self._done = threading.Event()
-        self._listener = BacklogModeListener(self)
+        self._query_stopped = False  # the controller thread stopped the query on a Stop message
         self._thread = threading.Thread(target=self._run, name="backlog-mode-controller", daemon=True)
 
     # -- public handle -------------------------------------------------------------------
@@ -323,49 +361,107 @@ class BacklogAwareQuery:
             raise self._controller.failure
         return finished
 
-    def stop(self) -> None:
-        """Stop the query and the controller; no restart follows."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the query and the controller; no restart follows. Returns when the query has
+        stopped; raises :class:`StopTimeoutError` (and logs what had not ended) after
+        ``timeout`` seconds instead of waiting longer. May be called again, and from any
+        thread; called on the controller thread itself, it only asks (the thread stops the
+        query after the message in hand).
+
+        Runs on the caller's thread, which never calls Spark's listener API and never
+        stops the query itself: it detaches from the session's listener (a table update),
+        queues a ``Stop`` for the controller thread, which stops the query between two
+        switches (never in the middle of a restart), and waits."""
+        deadline = time.monotonic() + timeout
         self._controller.stopping()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if self._attachment is not None:
+            self._attachment.detach()  # not removeListener: see session_listener
+        if threading.current_thread() is self._thread:
             self._inbox.put(Stop())
-            self._thread.join(timeout=120)
-        # Also when the controller ended first: after a refused attach the query still runs.
-        self._controller.stop_query()
-        self._finish()
+            return
+        if self._thread.is_alive():
+            self._inbox.put(Stop())
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+            if self._thread.is_alive():
+                self._give_up(timeout, self._thread, "the controller thread has not stopped the query")
+        if self._query_stopped or self._controller.query is None:
+            return
+        # The controller ended before the Stop (the query failed or terminated, a switch
+        # failed, or the in-place checks were refused and the query still runs in its first
+        # mode): stop the query on a thread of its own, so that this wait has a deadline too.
+        stopper = threading.Thread(target=self._controller.stop_query, name="backlog-mode-stop", daemon=True)
+        stopper.start()
+        stopper.join(max(0.0, deadline - time.monotonic()))
+        if stopper.is_alive():
+            self._give_up(timeout, stopper, "the query's stop() has not returned")
 
     def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None:
-        """Called on Spark's listener thread: queue the message, never block."""
+        """Called on Spark's listener thread or the Connect client's event thread, possibly
+        with the Connect bus lock held: queue the message, never block."""
         self._inbox.put(message)
 
-    # -- the controller thread -----------------------------------------------------------
+    # -- the user's thread, at start ---------------------------------------------------------
 
     def start(self) -> "BacklogAwareQuery":
-        """Register the listener, start the query and the controller thread. Returns as soon
-        as the query started. Raises what the controller's ``start`` raises, with the
-        listener removed again."""
-        self._spark.streams.addListener(self._listener)
+        """Attach to the session's listener (registering it with the session the first
+        time), start the query and the controller thread. Returns as soon as the query
+        started. Raises what the controller's ``start`` raises, with the handle detached.
+
+        The handle hears every query of the session until its query has started (an early
+        progress event of the new query must not be lost; the controller ignores the others),
+        then only its own query's id."""
+        if self._session_listener is None:
+            self._session_listener = SessionListener.of(self._spark)
+        self._attachment = self._session_listener.attach(self._spark, self)
         try:
             self._controller.start()
         except BaseException:
-            self._spark.streams.removeListener(self._listener)
+            self._attachment.detach()
             raise
+        self._attachment.follow(self._controller.query_id)
         self._thread.start()
         return self
 
-    def _run(self) -> None:
-        if self._controller.attach():
-            while self._controller.handle(self._inbox.get()):
-                pass
-        self._finish()
+    # -- the controller thread -----------------------------------------------------------
 
-    def _finish(self) -> None:
-        self._controller.end()
-        if not self._done.is_set():
-            try:
-                self._spark.streams.removeListener(self._listener)
-            except Exception:  # the session may be gone
-                pass
+    def _run(self) -> None:
+        try:
+            if self._controller.attach():
+                while True:
+                    message = self._inbox.get()
+                    if not self._controller.handle(message):
+                        self._query_stopped = isinstance(message, Stop)
+                        break
+        except BaseException as exc:  # an unexpected error ends the handle visibly, not silently
+            log.exception("the backlog-aware query's controller failed")
+            self._controller.failure = exc
+        finally:
+            # Detach, not removeListener: events of this query may still be on their way.
+            if self._attachment is not None:
+                self._attachment.detach()
+            self._controller.end()
             self._done.set()
+
+    def _give_up(self, timeout: float, thread: threading.Thread, what: str) -> None:
+        where = _where(thread)
+        log.error("stop() gave up after %.1f s: %s; it is in %s. The query may still be stopping (Spark's "
+                  "query.stop() waits for the running batch; spark.sql.streaming.stopTimeout bounds that)",
+                  timeout, what, where)
+        raise StopTimeoutError(f"stop() gave up after {timeout:.1f} s: {what} (it is in {where})")
+
+
+def _where(thread: threading.Thread) -> str:
+    """Where ``thread`` is now (innermost frames first), for the log line of a stop that did
+    not end in time."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "an unknown place (it just ended)"
+    stack = traceback.extract_stack(frame)
+    steps = stack[-3:]
+    ours = [step for step in stack[:-3] if Path(__file__).parent.name in Path(step.filename).parts]
+    if ours:  # the innermost frame of this package too: where in the handle's work it waits
+        steps = [ours[-1], *steps]
+    return " <- ".join(f"{Path(step.filename).name}:{step.lineno} {step.name}" for step in reversed(steps))
 
 
 def _query_failure(query: Any, exception_text: str | None) -> BaseException | None:
