@@ -7,12 +7,15 @@ Register the source, then use it exactly like Spark's ``format("kafka")``::
     df = spark.readStream.format("backlog").option("subscribe", "orders")...load()
 
 One installed namespace, in floors (each imports only floors below it, at module level;
-``tests/unit/test_layers.py``): ``backlog_source.core`` (errors, options, the offset dict,
-Kafka config, tracing), ``backlog_source.events`` (the BacklogFinishEvent and the control
-topic), ``backlog_source.enumerator`` (driver-side planning) and ``backlog_source.reader``
-(the executors' read path), then this package's own modules: the Spark data source, the
-mode switch, the command line, the snapshot command. ``backlog_source.testing`` and
-``backlog_source.demo`` are tooling for tests and the demo, never on a query's path.
+``tests/unit/test_layers.py``), each a top-level folder of the repository:
+``backlog_source.core`` (``core/``: errors, options, Kafka config, codecs, tracing context and
+export), ``backlog_source.split`` (``split/``: splits, read budgets and range planning) and
+``backlog_source.events`` (``events/``: the BacklogFinishEvent and the control topic), then
+``backlog_source.enumerator`` (``enumerator/``: driver-side planning and the checkpointed
+state) and ``backlog_source.reader`` (``reader/``: the executors' read path), then this
+package's own modules: the Spark data source, the mode switch, the command line, the snapshot
+command, and ``backlog_source.demo`` (the demo and the brokers it starts, which tests and
+benchmarks use too; never on a query's path).
 """
 
 from __future__ import annotations

@@ -30,21 +30,22 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from backlog_source.core import offset as offset_codec
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
-from backlog_source.core.split import KafkaSplit, SnapshotSplit
 from backlog_source.core.tracing import exporter
-from backlog_source.enumerator.control import ControlTopic
-from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
-from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
-from backlog_source.enumerator.splits import plan_splits
+from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
+from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
 from backlog_source.reader.worker_heap import freeze_once
+from backlog_source.split.batch_splits import plan_splits
+from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
+from backlog_source.split.planning import ReadBudget
 
 
 class BacklogDataSource(DataSource):
@@ -146,12 +147,11 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark's Python API has no composite limit, and the limit must follow the backlog
         # state, which changes while the query runs. So the default limit is a marker that
         # means "the source's own options decide" (see _budget).
-        settings = self._driver_settings()
-        caps = [c for c in (settings.max_offsets_per_trigger, settings.backlog_max_offsets_per_trigger) if c]
-        if caps:
-            return ReadMaxRows(max(caps))
-        if settings.min_offsets_per_trigger is not None:
-            return ReadMinRows(settings.min_offsets_per_trigger)
+        budget = ReadBudget.from_settings(self._driver_settings())
+        if budget.caps:
+            return ReadMaxRows(max(budget.caps))
+        if budget.min_records is not None:
+            return ReadMinRows(budget.min_records)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -169,13 +169,8 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         too. Any other limit Spark passes (ReadAllAvailable for ``Trigger.Once``, say) is
         honoured as given.
         """
-        settings = self._driver_settings()
         if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
-            return ReadBudget(
-                max_records=settings.max_offsets_per_trigger,
-                min_records=settings.min_offsets_per_trigger,
-                backlog_max_records=settings.backlog_max_offsets_per_trigger,
-            )
+            return ReadBudget.from_settings(self._driver_settings())
         if isinstance(limit, ReadMaxRows):
             return ReadBudget(max_records=limit.max_rows)
         if isinstance(limit, ReadMinRows):
@@ -191,10 +186,11 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The splits of the batch ``[start, end)``, planned by the enumerator
-        (:func:`~backlog_source.enumerator.splits.plan_splits`): a pure function of the two
+        (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
         offsets, so a replayed batch gets the same splits."""
         with step_timings.step("driver.partitions"):
-            return plan_splits(offset_codec.decode(start), offset_codec.decode(end), self._driver_settings())
+            reads = offset_codec.decode(end).reads_since(offset_codec.decode(start))
+            return plan_splits(reads, self._driver_settings())
 
     def commit(self, end: dict) -> None:
         pass

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import from_nested
+from backlog_source.enumerator import state_codec as offset_codec
 
 
 def lag_metrics(source_progress: Any) -> dict[str, float] | None:

@@ -25,9 +25,9 @@ from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import SourceSettings, parse_options
 from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
-from backlog_source.core.split import KafkaRange, KafkaSplit
-from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 

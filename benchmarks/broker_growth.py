@@ -23,11 +23,10 @@ import argparse
 import threading
 import time
 
-
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.testing.broker import create_topic, start_broker
+from backlog_source.demo.embedded_broker import create_topic, start_broker
 from benchmarks.harness import (
     fmt,
     log_end_offsets,

@@ -34,9 +34,9 @@ from typing import Any
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from backlog_source.demo.apache_kafka import spark_kafka_connector_jars, start_kafka
+from backlog_source.demo.embedded_broker import create_topic, produce
 from backlog_source.demo.report import percentile
-from backlog_source.testing.apache_kafka import spark_kafka_connector_jars, start_kafka
-from backlog_source.testing.broker import create_topic, produce
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

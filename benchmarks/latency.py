@@ -32,26 +32,24 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 from backlog_source.core.step_timings import VARIABLE
-from backlog_source.enumerator.planner import TASK_RECORDS, pack_tasks, plan_ranges
-from backlog_source.testing.broker import create_topic, produce
-from backlog_source.testing.kafka_proxy import counting_broker
+from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.split.planning import TASK_RECORDS, pack_tasks, plan_ranges
 from benchmarks.harness import (
-    create_live_topic,
-    produce_and_catch_up,
     ProgressLog,
+    create_live_topic,
     fmt,
     log_end_offsets,
     machine,
     median_and_spread,
     offset_of,
     percentile,
+    produce_and_catch_up,
     spark_session,
     start_producer,
     timed_latencies,
@@ -60,6 +58,7 @@ from benchmarks.harness import (
     with_spread,
     write_results,
 )
+from tests.support.kafka_proxy import counting_broker
 
 DRIVER_CLIENTS = ("backlog-source-admin", "backlog-source-events-reader")
 DURATION_KEYS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")

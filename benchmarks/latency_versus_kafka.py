@@ -49,12 +49,11 @@ import sys
 import tempfile
 import time
 
-from backlog_source.testing.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
-from backlog_source.testing.broker import create_topic, produce
-from backlog_source.testing.kafka_proxy import counting_broker
+from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
-    create_live_topic,
     ProgressLog,
+    create_live_topic,
     fmt,
     machine,
     median_and_spread,
@@ -62,15 +61,16 @@ from benchmarks.harness import (
     produce_and_catch_up,
     rotated,
     spark_session,
+    start_producer,
     step_medians,
     step_table,
-    start_producer,
     timed_latencies,
     wait_until,
     warm_up,
     with_spread,
     write_results,
 )
+from tests.support.kafka_proxy import counting_broker
 
 IDLE_SECONDS = 10.0
 #: The client ids (prefixes) of each source's driver-side Kafka clients.

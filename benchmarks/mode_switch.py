@@ -57,13 +57,12 @@ import tempfile
 import time
 from dataclasses import asdict
 
-
-from backlog_source.testing.broker import produce
+from backlog_source.demo.embedded_broker import produce
 from benchmarks.harness import (
-    create_live_topic,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
+    create_live_topic,
     first_trigger_at,
     kafka_and_spark,
     log_end_offsets,
@@ -72,8 +71,8 @@ from benchmarks.harness import (
     percentile,
     record_latencies,
     results_folder,
-    save_batch_timelines,
     rotated,
+    save_batch_timelines,
     start_producer,
     timestamp_s,
     wait_until,

@@ -33,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
     RUNNER_MODULE,
     backlog_stream,

@@ -48,8 +48,8 @@ import time
 
 import pyspark
 
-from backlog_source.testing.apache_kafka import kafka_version
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.demo.apache_kafka import kafka_version
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
     CpuAccount,
     MemorySampler,

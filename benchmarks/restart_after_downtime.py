@@ -49,26 +49,25 @@ import sys
 import tempfile
 import time
 
-
 import pyspark
 
-from backlog_source.testing.apache_kafka import kafka_version
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.demo.apache_kafka import kafka_version
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
-    create_live_topic,
+    MemorySampler,
     ProgressLog,
     batch_ends,
     commit_time_reaching,
+    create_live_topic,
     fmt,
     kafka_and_spark,
     log_end_offsets,
-    MemorySampler,
     machine,
     median_and_spread,
     percentile,
     results_folder,
-    save_batch_timelines,
     rotated,
+    save_batch_timelines,
     start_producer,
     step_table,
     timed_latencies,

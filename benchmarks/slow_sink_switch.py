@@ -41,8 +41,7 @@ import threading
 import time
 from collections import Counter
 
-
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
     kafka_and_spark,
     machine,

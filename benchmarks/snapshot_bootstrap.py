@@ -24,8 +24,7 @@ import sys
 import tempfile
 import time
 
-
-from backlog_source.testing.broker import create_topic, produce
+from backlog_source.demo.embedded_broker import create_topic, produce
 from benchmarks.harness import (
     backlog_stream,
     kafka_and_spark,

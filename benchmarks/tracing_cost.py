@@ -25,8 +25,8 @@ import sys
 import time
 
 from backlog_source.datasource import set_worker_environment
-from backlog_source.testing.broker import create_topic, produce
-from backlog_source.testing.otlp_receiver import OtlpReceiver
+from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from benchmarks.harness import (
     kafka_and_spark,
     machine,

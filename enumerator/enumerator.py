@@ -4,7 +4,7 @@ Which process: the Python worker Spark starts on the driver for the stream reade
 keeps that worker for the life of the query run and calls ``initialOffset``,
 ``latestOffset``, ``partitions`` and ``commit`` on one object, so in-memory state here lives
 as long as the run; anything that must survive a restart is in the offset dict
-(:class:`~backlog_source.core.offset.SourceOffset`).
+(:class:`~backlog_source.enumerator.state_codec.SourceOffset`).
 
 :meth:`Enumerator.latest_offset` is a chain of named steps, each returning new values:
 
@@ -31,44 +31,21 @@ from dataclasses import dataclass, field, replace
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
-from backlog_source.core.errors import DataLossError, TopicsDeletedError
-from backlog_source.core.finish import Finish, FinishedBy
+from backlog_source.core.errors import DataLossError
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
-from backlog_source.core.state import SourceOffset
 from backlog_source.core.tracing import exporter
-from backlog_source.core.tracing.spans import PhaseSpans
-from backlog_source.enumerator.boundaries import BacklogState, record_boundaries, reentry_boundaries, restart_boundaries
-from backlog_source.enumerator.control import ControlTopic
-from backlog_source.enumerator.kafka_offsets import OffsetsClient
+from backlog_source.enumerator.boundaries import record_boundaries, reentry_boundaries, restart_boundaries
+from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedError
+from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
-from backlog_source.enumerator.planner import lag, rate_limit
-from backlog_source.enumerator.starting_offsets import ManifestLoader, StartingOffsets
+from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
+from backlog_source.enumerator.state import BacklogState, Finish, FinishedBy, SourceOffset
 from backlog_source.enumerator.subscription import Subscription
+from backlog_source.events.control_topic import ControlTopic
+from backlog_source.split.planning import ReadBudget, lag, rate_limit
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ReadBudget:
-    """How much one batch may read, from Spark's read limit (see ``BacklogStreamReader``).
-
-    ``max_records``: about this many records at most (Spark's proportional allocation).
-    ``min_records``: skip the batch while fewer are available, unless ``maxTriggerDelay``
-    has passed since the last batch (the first batch of a run always runs, as in Spark).
-    ``backlog_max_records``: replaces ``max_records`` while the source is processing backlog
-    as of this batch (after discovery, restart and re-entry), so a batch that enters backlog
-    is already sized for it.
-    """
-
-    max_records: int | None = None
-    min_records: int | None = None
-    backlog_max_records: int | None = None
-
-    def for_state(self, processing_backlog: bool) -> "ReadBudget":
-        if processing_backlog and self.backlog_max_records is not None:
-            return ReadBudget(self.backlog_max_records, self.min_records)
-        return ReadBudget(self.max_records, self.min_records)
 
 
 @dataclass(frozen=True)
@@ -371,7 +348,7 @@ class Enumerator:
                 log.info("restarted on an existing checkpoint behind the log end: a new backlog phase")
         entered = state.with_boundaries(fresh)
         reentry = reentry_boundaries(entered, view.read_from, view.latest, self._settings.backlog_reenter_lag,
-                                     self._settings.one_batch_records)
+                                     ReadBudget.from_settings(self._settings).one_batch_records)
         if reentry:
             log.info("total lag exceeds backlog.reenterLag=%d and one batch: entering backlog again",
                      self._settings.backlog_reenter_lag)
@@ -419,7 +396,7 @@ class Enumerator:
         """The next offset, or ``start`` when the batch would read nothing: no batch without
         records, as in Spark (a state change that arrives without data is carried by the
         next batch with data; its spans are exported now)."""
-        trace, finished_spans = advance(start.trace, start.source_id, plan.state.tracked, settled.finishes,
+        trace, finished_spans = advance(start.trace, start.source_id, plan.state.boundaries, settled.finishes,
                                         view.read_from, self._now_ms())
         self._spans.export(finished_spans)
         snapshot_unread = bool(start.snapshot and start.snapshot.pending)

@@ -19,7 +19,7 @@ What the offset stores (``"trace"``)::
      "buckets": {"orders": {"0": [<start offset>, <boundary>, <started ms>]}}}  # open bucket spans
 
 This module decides which spans open and close (the trace's state); their content is made
-by :mod:`backlog_source.core.tracing.spans`. Finished spans come back as
+by :mod:`backlog_source.enumerator.phase_spans`. Finished spans come back as
 :class:`~backlog_source.core.tracing.context.SpanRecord` values for the caller to export. A crash between that and the offset reaching Spark's offset log recomputes
 the same transition, so a span can be exported twice, with identical ids.
 """
@@ -30,24 +30,23 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.state import OpenBucket, PhaseTrace
-from backlog_source.core.tracing import spans
 from backlog_source.core.tracing.context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
+from backlog_source.enumerator import phase_spans
+from backlog_source.enumerator.state import Finish, FinishedBy, OpenBucket, PhaseTrace
 
 
 def advance(
     trace: PhaseTrace | None,
     source_id: str,
-    pending: Mapping[Bucket, int],
+    boundaries: Mapping[Bucket, int],
     finishes: Mapping[Bucket, Finish],
     positions: Mapping[Bucket, int],
     now_ms: int,
 ) -> tuple[PhaseTrace | None, list[SpanRecord]]:
-    """The trace once the tracked boundaries are ``pending`` (pending or finishing).
+    """The trace once the batch carries ``boundaries`` (pending or finishing).
 
-    Open bucket spans whose bucket left ``pending`` (or got a new boundary) finish, for the
-    reason ``finishes`` gives; pending buckets without an open span start one, at the read
+    Open bucket spans whose bucket left ``boundaries`` (or got a new boundary) finish, for the
+    reason ``finishes`` gives; buckets of ``boundaries`` without an open span start one, at the read
     position ``positions`` gives. The phase ends when none of its buckets is left, unless a
     bucket was reset with a new boundary (it goes on in the same phase); buckets that enter
     backlog after that (a restart, re-entry) start a new phase, with a new trace. Returns
@@ -59,18 +58,18 @@ def advance(
         remaining = {}
         for bucket in sorted(trace.buckets):
             entry = trace.buckets[bucket]
-            if pending.get(bucket) == entry.boundary:
+            if boundaries.get(bucket) == entry.boundary:
                 remaining[bucket] = entry
                 continue
-            default = FinishedBy.RESET if bucket in pending else FinishedBy.VANISHED
-            finished.append(spans.bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
-        reset = [b for b in trace.buckets if b not in remaining and b in pending and b not in finishes]
+            default = FinishedBy.RESET if bucket in boundaries else FinishedBy.VANISHED
+            finished.append(phase_spans.bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
+        reset = [b for b in trace.buckets if b not in remaining and b in boundaries and b not in finishes]
         trace = replace(trace, buckets=remaining)
         if not remaining and not reset:
-            finished.append(spans.phase_span(trace, source_id, now_ms))
+            finished.append(phase_spans.phase_span(trace, source_id, now_ms))
             phase_open = False
 
-    started = {b: o for b, o in pending.items() if trace is None or b not in trace.buckets}
+    started = {b: o for b, o in boundaries.items() if trace is None or b not in trace.buckets}
     if started:
         if trace is None or not phase_open:
             trace = PhaseTrace(SpanContextIds(new_trace_id(), new_span_id()), now_ms)

@@ -12,10 +12,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from backlog_source.core.buckets import Bucket
+from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.settings import SourceSettings
-from backlog_source.enumerator.kafka_offsets import OffsetsClient, TopicIdentity
+from backlog_source.enumerator.kafka_admin import OffsetsClient
 
 log = logging.getLogger(__name__)
 

@@ -29,15 +29,15 @@ from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import KafkaUnavailableError
+from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole
-from backlog_source.core.offset_answers import watermarks
 from backlog_source.core.settings import ReaderConfig
-from backlog_source.core.split import KafkaRange, KafkaSplit
-from backlog_source.core.tracing.spans import ReadSpan
-from backlog_source.events.channel import publish, publish_once
+from backlog_source.events.control_topic import publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.reader.arrow import to_record_batch
 from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool, settings_key
+from backlog_source.reader.read_span import ReadSpan
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
     """The broker no longer has ``position``: fail, or skip to the earliest offset and return it.
 
     What is skipped is decided from the partition's offsets, so they must be real answers:
-    a failed or invalid one (see :mod:`backlog_source.core.offset_answers`) raises
+    a failed or invalid one (see :mod:`backlog_source.core.kafka_answers`) raises
     :class:`KafkaUnavailableError` instead of skipping on a guess."""
     tp = TopicPartition(r.topic, r.partition)
     try:

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import ReaderConfig
-from backlog_source.core.split import SnapshotSplit
-from backlog_source.events.channel import publish, publish_once
+from backlog_source.events.control_topic import publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
+from backlog_source.split.kafka_split import SnapshotSplit
 
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 10_000

@@ -13,7 +13,7 @@ import pytest
 def broker():
     """One Apache Kafka broker (single-node KRaft, installed by ``make jvm``) for the whole
     test session; tests use uuid-named topics."""
-    from backlog_source.testing.apache_kafka import start_kafka
+    from backlog_source.demo.apache_kafka import start_kafka
 
     running = start_kafka()
     yield running
@@ -30,7 +30,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
-    from backlog_source.testing.apache_kafka import spark_kafka_connector_jars
+    from backlog_source.demo.apache_kafka import spark_kafka_connector_jars
 
     session = (
         SparkSession.builder.master("local[2,2]")
@@ -77,7 +77,7 @@ def otel_env(monkeypatch):
 @pytest.fixture
 def receiver():
     """A real OTLP/HTTP receiver on loopback."""
-    from backlog_source.testing.otlp_receiver import OtlpReceiver
+    from backlog_source.demo.otlp_receiver import OtlpReceiver
 
     with OtlpReceiver() as running:
         yield running

@@ -8,22 +8,21 @@ import json
 import queue
 import threading
 import warnings
-from contextlib import contextmanager
-from concurrent.futures import Future
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from backlog_source.core.buckets import Bucket
+from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ModeSwitchError
-from backlog_source.enumerator.kafka_offsets import TopicIdentity
-from backlog_source.events.channel import ControlMessages
-from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.events.control_topic import ControlMessages
 from backlog_source.mode_switch.listener import Mode
-from backlog_source.mode_switch.switchers import SwitchMethod, Switched
+from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.switchers import Switched, SwitchMethod
 
 
 @dataclass

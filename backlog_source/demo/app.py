@@ -20,26 +20,27 @@ from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import DemoError
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
+from backlog_source.demo.apache_kafka import kafka_version, start_kafka
+from backlog_source.demo.embedded_broker import create_topic, produce, start_broker
+from backlog_source.demo.errors import DemoError
 from backlog_source.demo.monitor import QueryMonitor
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
 from backlog_source.demo.settings import DemoSettings
 from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
-from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
 from backlog_source.mode_switch import start_backlog_aware
-from backlog_source.testing.apache_kafka import kafka_version, start_kafka
-from backlog_source.testing.broker import create_topic, produce, start_broker
-from backlog_source.testing.otlp_receiver import OtlpReceiver
 
 #: What the demo writes under ``--output``; only these are removed when a demo starts again.
 OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json", "spark.log")

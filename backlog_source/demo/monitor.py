@@ -14,7 +14,7 @@ from datetime import datetime
 from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source.core.buckets import Bucket, from_nested
-from backlog_source.core.offset import parse_reported
+from backlog_source.enumerator.state_codec import parse_reported
 
 
 @dataclass(frozen=True)

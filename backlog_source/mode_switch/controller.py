@@ -34,10 +34,10 @@ from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
 from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
-from backlog_source.core.tracing.spans import SwitchSpan
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
+from backlog_source.mode_switch.switch_span import SwitchSpan
 from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_source.core.offset import parse_reported
-from backlog_source.core.state import SourceOffset
 from backlog_source.core.text_enum import TextEnum
+from backlog_source.enumerator.state import SourceOffset
+from backlog_source.enumerator.state_codec import parse_reported
 
 
 class Mode(TextEnum):

@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from backlog_source.core.errors import MalformedEvent
+from backlog_source.demo.embedded_broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
 from backlog_source.events.finish_event import BacklogFinishEvent
-from backlog_source.testing.broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
 
 
 def make_topic(broker, name: str, partitions: int, per_partition: int = 0, value_size: int = 20, start: int = 0) -> int:

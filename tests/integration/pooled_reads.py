@@ -14,9 +14,9 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 
 
 def offsets(bootstrap: str, topic: str, end: int, pool: ConsumerPool) -> list[int]:

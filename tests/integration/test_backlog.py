@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from backlog_source.events.finish_event import BacklogFinishEvent, MalformedEvent
-from backlog_source.testing.broker import delete_topic, produce
+from backlog_source.demo.embedded_broker import delete_topic, produce
+from backlog_source.events.finish_event import BacklogFinishEvent
 from tests.integration.helpers import (
     fill,
     log_end_offsets,

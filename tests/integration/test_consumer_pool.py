@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.integration.helpers import make_topic
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from contextlib import nullcontext
 import pytest
 
 from backlog_source import start_backlog_aware
-from backlog_source.testing.kafka_proxy import silent_listener
 from tests.integration.helpers import wait_for
+from tests.support.kafka_proxy import silent_listener
 
 pytestmark = pytest.mark.integration
 

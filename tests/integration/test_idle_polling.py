@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from backlog_source.testing.kafka_proxy import counting_broker
 from tests.integration.helpers import make_topic, reader, settle, start_noop, wait_for_progress
+from tests.support.kafka_proxy import counting_broker
 
 #: A plan asks for the subscribed topics' partitions (Metadata) and their latest offsets
 #: (ListOffsets): two requests to a one-broker cluster (README: "Idle polling").

@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.integration.helpers import log_end_offsets, make_topic
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,11 @@ import os
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from confluent_kafka import Producer
-
-from backlog_source.testing.broker import create_topic
+from backlog_source.demo.embedded_broker import create_topic
 from tests.integration.differential import SourceFailed, outcome
 
 pytestmark = pytest.mark.integration

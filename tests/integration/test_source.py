@@ -10,9 +10,15 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.testing.broker import delete_topic
+from backlog_source.demo.embedded_broker import delete_topic
 from tests.integration.helpers import (
-    fill, log_end_offsets, make_topic, reader, start_memory, wait_for, wait_for_progress,
+    fill,
+    log_end_offsets,
+    make_topic,
+    reader,
+    start_memory,
+    wait_for,
+    wait_for_progress,
 )
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.testing.broker import create_topic, delete_topic, produce
+from backlog_source.demo.embedded_broker import create_topic, delete_topic, produce
 from tests.integration.differential import SourceFailed, outcome, run_to_end, start
 from tests.integration.helpers import make_topic, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 from backlog_source import start_backlog_aware
 from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
-from backlog_source.testing.otlp_receiver import OtlpReceiver
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import fill, make_topic, reader, wait_for
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from backlog_source.testing.apache_kafka import free_port
-from backlog_source.testing.otlp_receiver import OtlpReceiver
+from backlog_source.demo.apache_kafka import free_port
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, wait_for
 from tests.reliability.test_crashes import JOB, job_log
 from tests.wheel.wheel_env import ENV, ensure_installed

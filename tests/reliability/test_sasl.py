@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from backlog_source.testing.apache_kafka import kafka
-from backlog_source.testing.otlp_receiver import OtlpReceiver
+from backlog_source.demo.apache_kafka import kafka
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import make_topic
 from tests.reliability.test_secrets import assert_no_secret, control_topic, everything_written, run
 

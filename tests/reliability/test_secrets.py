@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backlog_source.testing.otlp_receiver import OtlpReceiver
+from backlog_source.demo.otlp_receiver import OtlpReceiver
 from tests.integration.helpers import make_topic
 
 pytestmark = pytest.mark.integration

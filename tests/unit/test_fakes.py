@@ -12,9 +12,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from backlog_source.enumerator.control import ControlTopic
-from backlog_source.enumerator.kafka_offsets import KafkaOffsetsClient, OffsetsClient
-from backlog_source.events.channel import ControlTopicReader
+from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient, OffsetsClient
+from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from backlog_source.mode_switch.controller import BacklogAwareQuery
 from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.switchers import TriggerSwitcher

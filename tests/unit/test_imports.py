@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     ["backlog_source.reader.kafka_reader", "backlog_source.enumerator.enumerator", "backlog_source.events",
-     "backlog_source.core.offset", "backlog_source.datasource", "backlog_source"],
+     "backlog_source.enumerator.state_codec", "backlog_source.datasource", "backlog_source"],
 )
 def test_every_package_imports_first_in_a_fresh_interpreter(module):
     # Executors unpickle splits and readers in fresh workers; import order must not matter.

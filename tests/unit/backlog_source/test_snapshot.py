@@ -1,6 +1,5 @@
 """Snapshot pieces without Kafka: latest-per-key in Arrow, the manifest, atomic publishing."""
 
-import json
 
 import pyarrow as pa
 import pyarrow.fs as pafs

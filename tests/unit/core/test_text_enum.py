@@ -2,8 +2,8 @@
 
 import json
 
-from backlog_source.core.state import EventCounts, EventOutcome
 from backlog_source.core.text_enum import TextEnum
+from backlog_source.enumerator.state import EventCounts, EventOutcome
 
 
 class Colour(TextEnum):

@@ -3,15 +3,15 @@ batch that reaches them, events that only confirm, restarts and re-entry."""
 
 import json
 
-import pytest
 
-from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
-from backlog_source.core.state import SourceOffset
-from backlog_source.enumerator.boundaries import BacklogState, classify, record_boundaries, reentry_boundaries
-from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
+from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.boundaries import record_boundaries, reentry_boundaries
+from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.state import BacklogState, SourceOffset, classify
 from backlog_source.events.finish_event import MAX_EVENT_BYTES, BacklogFinishEvent
+from backlog_source.split.planning import ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1, A2, A3 = Bucket("a", 0), Bucket("a", 1), Bucket("a", 2), Bucket("a", 3)
@@ -277,6 +277,6 @@ def test_pure_state_rules():
     assert classify(ev, "s", {}, {}) == "duplicate"
     assert classify(ev, "x", {}, {A0: 9}) == "foreign"
     planned = BacklogState(pending={A0: 9, A1: 4}).plan({A0: 8, A1: 4})
-    assert planned.pending == {A0: 9} and planned.finishing == {A1: 4} and planned.tracked == {A0: 9, A1: 4}
+    assert planned.pending == {A0: 9} and planned.finishing == {A1: 4} and planned.boundaries == {A0: 9, A1: 4}
     # A recorded boundary never moves.
     assert BacklogState(pending={A0: 9}).with_boundaries({A0: 20, A1: 3}).pending == {A0: 9, A1: 3}

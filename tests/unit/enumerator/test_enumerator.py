@@ -2,12 +2,14 @@
 
 import pytest
 
-from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
-from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError, TopicsDeletedError
+from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
 from backlog_source.core.settings import parse_options
 from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
-from backlog_source.enumerator.enumerator import Enumerator, ReadBudget
+from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.kafka_admin import TopicsDeletedError
+from backlog_source.split.planning import ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)

@@ -4,15 +4,14 @@ import json
 
 import pytest
 
-from backlog_source.core import offset as offset_codec
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import OffsetFormatError
-from backlog_source.core.finish import Finish, FinishedBy
-from backlog_source.core.state import PhaseTrace, SourceOffset, bucket_traceparent
 from backlog_source.core.tracing import names
 from backlog_source.core.tracing.context import SpanContextIds
-from backlog_source.enumerator.enumerator import ReadBudget
+from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.phase_trace import advance
+from backlog_source.enumerator.state import Finish, FinishedBy, SourceOffset, bucket_traceparent
+from backlog_source.split.planning import ReadBudget
 from tests.unit.enumerator.test_boundaries import event, make
 
 A0, A1, B0 = Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)

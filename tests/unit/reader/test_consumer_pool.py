@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError
 
 from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.reader.consumer_pool import ConsumerPool, settings_key
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
 SETTINGS = {"bootstrap.servers": "h:1", "group.id": "backlog-source-1"}

@@ -8,11 +8,11 @@ from confluent_kafka import KafkaError, KafkaException
 from backlog_source.core.errors import DataLossError, KafkaUnavailableError, MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import KafkaRange, KafkaSplit
 from backlog_source.core.tracing import exporter
 from backlog_source.events import dedup
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
+from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "5000"}).reader_config

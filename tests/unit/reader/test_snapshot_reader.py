@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
-from backlog_source.core.split import SnapshotSplit
 from backlog_source.reader.snapshot_reader import read_snapshot_split
+from backlog_source.split.kafka_split import SnapshotSplit
 
 
 def test_snapshot_rows_come_back_in_the_query_schema_and_a_snapshot_only_bucket_reports_finished(tmp_path):

@@ -1,0 +1,66 @@
+"""How Kafka addresses what the source reads: a bucket is one topic-partition (these helpers
+convert per-bucket maps to and from Spark's Kafka offset JSON shape ``{"topic": {"partition":
+offset}}``), and a :class:`TopicIdentity` is a topic's id and partition count.
+
+Shared by the enumerator (driver), the reader (executors) and the events package, so it
+depends on nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from backlog_source.core.errors import OffsetFormatError
+
+
+class Bucket(NamedTuple):
+    """One topic-partition. Ordered by topic, then partition."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def to_nested(values: Mapping[Bucket, int]) -> dict[str, dict[str, int]]:
+    """``{Bucket: n}`` -> ``{"topic": {"partition": n}}``, sorted so equal maps give equal JSON."""
+    nested: dict[str, dict[str, int]] = {}
+    for bucket in sorted(values):
+        nested.setdefault(bucket.topic, {})[str(bucket.partition)] = int(values[bucket])
+    return nested
+
+
+def from_nested(nested: Any, what: str) -> dict[Bucket, int]:
+    """The inverse of :func:`to_nested`; ``what`` names the field in error messages.
+
+    Raises :class:`OffsetFormatError` when the shape is not ``{"topic": {"partition": int}}``.
+    """
+    if not isinstance(nested, Mapping):
+        raise OffsetFormatError(f"{what} must be an object of topics, got {type(nested).__name__}")
+    result: dict[Bucket, int] = {}
+    for topic, partitions in nested.items():
+        if not isinstance(partitions, Mapping):
+            raise OffsetFormatError(f"{what}: topic {topic!r} must map partitions to offsets")
+        for partition, value in partitions.items():
+            try:
+                bucket = Bucket(str(topic), int(partition))
+            except (TypeError, ValueError):
+                raise OffsetFormatError(f"{what}: partition {partition!r} of {topic!r} is not a number") from None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise OffsetFormatError(f"{what}: value for {bucket} must be an integer, got {value!r}")
+            result[bucket] = value
+    return result
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """A topic's id (a re-created topic gets a new one) and partition count."""
+
+    topic_id: str
+    partitions: int
+
+    def __str__(self) -> str:
+        return f"id {self.topic_id}, {self.partitions} partition(s)"

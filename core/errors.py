@@ -1,0 +1,80 @@
+"""One exception tree for the whole project.
+
+Every error backlog-source raises derives from :class:`BacklogSourceError`, so a job can
+catch them together. Errors raised on executors travel back to the driver by pickling, so
+every class here keeps its message in ``args`` and pickles (confluent-kafka's own
+``KafkaError`` objects are never stored; their text is copied in, after secrets are
+removed).
+
+::
+
+    BacklogSourceError
+    ├── ConfigError            an option, variable or argument is not allowed (also a ValueError)
+    ├── OffsetFormatError      a persisted value (offset dict, split) has an unknown version or shape
+    │   └── MalformedEvent     a control-topic message that is not a BacklogFinishEvent we understand
+    ├── MalformedRecordError   a Kafka record the output schema cannot hold (Spark fails the same way)
+    ├── DataLossError          records the query should have read are gone
+    ├── KafkaUnavailableError  Kafka did not answer in time
+    ├── ControlTopicError      the control topic cannot be created, is missing, or changed
+    ├── SnapshotError          a snapshot is missing, malformed or does not fit
+    └── ModeSwitchError        start_backlog_aware could not start or switch the query
+
+Errors that one module raises and handles live with it: ``TopicsDeletedError`` in
+:mod:`backlog_source.enumerator.kafka_admin`, ``StopTimeoutError`` in
+:mod:`backlog_source.mode_switch.controller`, the demo's and the brokers' in
+:mod:`backlog_source.demo.errors`. All derive from :class:`BacklogSourceError`.
+"""
+
+from __future__ import annotations
+
+
+class BacklogSourceError(Exception):
+    """Root of every error raised by backlog-source."""
+
+
+class ConfigError(BacklogSourceError, ValueError):
+    """An option is missing, unknown or has a value that is not allowed.
+
+    The message names the option and what is allowed, and never contains a secret value.
+    """
+
+
+class OffsetFormatError(BacklogSourceError, ValueError):
+    """An offset dict or split has an unknown version or a malformed shape."""
+
+
+class MalformedEvent(OffsetFormatError):
+    """A control-topic message that is not a BacklogFinishEvent this release understands."""
+
+
+class MalformedRecordError(BacklogSourceError):
+    """A Kafka record whose values the output schema cannot hold (for example a timestamp
+    beyond what a Spark timestamp can represent). The message names the topic, partition,
+    offset and the value, as Spark's ``KAFKA_MALFORMED_RECORD_TIMESTAMP`` does."""
+
+
+class DataLossError(BacklogSourceError):
+    """Records the query should have read are gone (``failOnDataLoss=true``).
+
+    Raised for a partition that vanished, offsets that moved backwards, or a range whose
+    records were deleted by retention before they were read. The message names the topic,
+    partition and offsets.
+    """
+
+
+class KafkaUnavailableError(BacklogSourceError):
+    """Kafka did not answer within the configured retries or timeouts. The message names the
+    servers tried and the option that bounds the wait."""
+
+
+class ControlTopicError(BacklogSourceError):
+    """The control topic named by ``backlog.eventsTopic`` cannot be created, is missing, or
+    changed (deleted and re-created) while the query ran."""
+
+
+class SnapshotError(BacklogSourceError):
+    """A snapshot is missing, malformed or does not fit the topic; the message says which."""
+
+
+class ModeSwitchError(BacklogSourceError):
+    """``start_backlog_aware`` could not start the query or switch its trigger."""

@@ -1,0 +1,478 @@
+"""The enumerator's narrow view of Kafka: metadata and offsets, nothing else.
+
+:class:`OffsetsClient` is the protocol the enumerator depends on; :class:`KafkaOffsetsClient`
+implements it with confluent-kafka's ``AdminClient`` and is the only module of the
+enumerator that imports confluent_kafka. Unit tests use an in-memory fake instead.
+
+Which process: the driver's planner worker (and, for a probe, the user's driver program).
+The AdminClient is created on first use, kept for the life of the client (one connection
+for every batch of the run), and never pickled.
+
+Every call is bounded by one deadline, ``kafka.default.api.timeout.ms`` (30 s by default),
+retries included (Spark's Kafka source gives each of its attempts the Java admin client's
+timeout of that name, 60 s by default). Inside the deadline a failed request is retried
+``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (1 s, Spark's), and a request
+that fails fast ("not leader for partition" from a broker that just came back) is asked
+again inside its attempt, as the Java admin client does (:meth:`KafkaOffsetsClient._call`). Errors that
+retrying cannot fix (a rejected configuration, failed authentication, missing
+authorization) are raised at once. Each offsets call is one batched ``ListOffsets`` request
+for all buckets (per broker), not one request per partition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from confluent_kafka import IsolationLevel as KafkaIsolation
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from backlog_source.core.buckets import Bucket, TopicIdentity
+from backlog_source.core.errors import BacklogSourceError, ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.kafka_answers import check_offsets
+from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
+from backlog_source.core.settings import SourceSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Errors no retry can fix: they are configuration problems and are raised at once.
+_NOT_RETRIABLE = {
+    KafkaError._INVALID_ARG,
+    KafkaError._SSL,
+    KafkaError._AUTHENTICATION,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+#: What describing a missing topic answers (broker error, or librdkafka's own).
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+#: ListOffsets failures a deleted topic causes: librdkafka finds no leader for its partitions
+#: ("Failed to query partition leaders: No leaders found", ``_NOENT``) or the broker no longer
+#: knows them. After one of these the client asks whether the topics still exist.
+_MAYBE_DELETED = _UNKNOWN_TOPIC | {KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+#: Topic errors in a cluster listing that mean "not a topic this client reads": deleted since,
+#: not visible to it, or an invalid name. Any other topic error is transient and asked again.
+_NOT_LISTED = _UNKNOWN_TOPIC | {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION}
+
+
+class TopicsDeletedError(BacklogSourceError):
+    """Topics a request named no longer exist: deleted while the query was asking Kafka
+    about them. ``topics`` names them. The planner catches it and applies the data-loss
+    rule to their partitions (as it does for a topic gone before the request); elsewhere it
+    reaches the user with this message."""
+
+    def __init__(self, topics: "list[str] | tuple[str, ...]") -> None:
+        self.topics = tuple(sorted(topics))
+        super().__init__(self.topics)
+
+    def __str__(self) -> str:
+        return (f"topic(s) {', '.join(self.topics)} no longer exist: deleted while the query asked Kafka for "
+                "their offsets")
+
+
+class OffsetsClient(Protocol):
+    """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`;
+    the offsets methods raise :class:`TopicsDeletedError` when a topic they were asked about
+    no longer exists (found out after a failed request: a topic deleted since the planner
+    listed it)."""
+
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        """The partition count of each of ``topics`` that exists, or of every non-internal
+        topic of the cluster when ``topics`` is None."""
+
+    def topic_names(self) -> set[str]:
+        """The names of every non-internal topic the cluster lists, including topics being
+        created or deleted (:meth:`describe_topics` tells which exist)."""
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
+        """The id and partition count of each of ``topics`` that exists; a topic that does
+        not exist (never created, or deleted) is left out. A topic id (KIP-516) changes when a
+        topic is deleted and re-created under the same name."""
+
+    def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        """The first available offset of each bucket."""
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+        """The log end offset of each bucket: the high watermark, or the last stable offset
+        under ``isolation.level=read_committed``. With ``known`` (offsets this query already
+        reached), an answer below one of them is asked again ``fetchOffset.numRetries``
+        times before it is returned: a log end moving backwards means lost records, so it
+        must be what the broker says, not a stale answer (Spark's ``fetchLatestOffsets``
+        audits the same way, for KAFKA-7703)."""
+
+    def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
+        """The first offset whose timestamp is >= the given one, or None when there is none."""
+
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        """Create ``topic`` if it is missing. Raises :class:`ControlTopicError` if it cannot."""
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        """The topic's id and partition count, or None when it does not exist."""
+
+    def close(self) -> None:
+        """Release the client; it may be used again afterwards (it is recreated)."""
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How long and how often driver-side requests are tried (see the module docstring)."""
+
+    timeout_ms: int = 30_000
+    num_retries: int = 3
+    retry_interval_ms: int = 1_000
+
+    @classmethod
+    def of(cls, settings: SourceSettings) -> "RequestPolicy":
+        return cls(settings.api_timeout_ms, settings.fetch_offset_num_retries, settings.fetch_offset_retry_interval_ms)
+
+
+class _LastFailure(logging.Handler):
+    """Keeps the latest line librdkafka logged about a broker connection, so an error can say
+    why (``Connection refused``, ``Failed to resolve ...``) instead of "transport failure".
+
+    librdkafka retries a dead broker every few hundred milliseconds and logs each attempt; the
+    lines go here rather than to the job's log, and one warning per failed request says it.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.line: str | None = None
+        self.logger = logging.getLogger(f"{__name__}.librdkafka.{next(self._ids)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.WARNING)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # "FAIL [rdkafka#producer-1] [thrd:...]: host:port/bootstrap: Connect to ... failed: ..."
+        self.line = record.getMessage().split("]: ", 2)[-1]
+
+
+class KafkaOffsetsClient:
+    """:class:`OffsetsClient` over confluent-kafka's AdminClient, bounded by a
+    :class:`RequestPolicy`."""
+
+    def __init__(self, kafka: KafkaClientConfig, policy: RequestPolicy = RequestPolicy(), *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 admin_factory: Callable[[dict], AdminClient] = AdminClient) -> None:
+        """``clock``, ``sleep`` and ``admin_factory`` are replaced by unit tests only."""
+        self._kafka = kafka
+        self._policy = policy
+        self._clock = clock
+        self._sleep = sleep
+        self._admin_factory = admin_factory
+        self._admin: AdminClient | None = None
+        self._failure: _LastFailure | None = None
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> "KafkaOffsetsClient":
+        return cls(settings.kafka, RequestPolicy.of(settings))
+
+    def __getstate__(self) -> dict:
+        # A live AdminClient cannot be pickled; a copy reconnects on first use.
+        return {**self.__dict__, "_admin": None, "_failure": None}
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            self._failure = _LastFailure()
+            try:
+                self._admin = self._admin_factory(self._kafka.librdkafka(ClientRole.ADMIN, logger=self._failure.logger))
+            except KafkaException as exc:
+                raise ConfigError(f"the kafka.* options are not a valid client configuration: "
+                                  f"{self._kafka.redact(_error_text(exc))}") from None
+        return self._admin
+
+    def close(self) -> None:
+        # AdminClient has no close(); dropping the last reference ends its threads.
+        self._admin = None
+
+    def _call(self, what: str, request: Callable[[float], T]) -> T:
+        """Run ``request(timeout_s)`` until it succeeds, a non-retriable error occurs, the
+        retries are used up or the deadline passed.
+
+        The deadline (``kafka.default.api.timeout.ms``) is shared out among the attempts
+        (``fetchOffset.numRetries`` + 1): each gets the time left divided by the attempts left
+        (at least 2 s, or all that is left). A request to a broker that died waited out the
+        whole deadline in one attempt (librdkafka keeps sending to the cached leader), although
+        the partition had a new leader seconds later (seen on three Apache Kafka brokers).
+
+        Inside its share an attempt asks again, after a backoff, whenever a request fails
+        fast: a broker that just came back answers "not leader for partition" at once for
+        its first seconds (~2 s here after a 15 s pause, longer under load), and four
+        attempts spent in 50 ms failed the query. The Java admin client behind Spark's Kafka
+        source retries such answers inside each call the same way, until its timeout
+        (``retry.backoff.ms`` 100 ms, doubling to ``retry.backoff.max.ms`` 1 s: the same
+        here). Every failed request drops the admin client, so the next one starts from
+        fresh metadata, as Spark's ``withRetries`` resets its admin."""
+        policy = self._policy
+        deadline = self._clock() + policy.timeout_ms / 1000
+        attempts = policy.num_retries + 1
+        for attempt in range(1, attempts + 1):
+            remaining = deadline - self._clock()
+            share_end = self._clock() + max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
+            backoff = _BACKOFF_S
+            while True:
+                failure = self._try(what, request, max(share_end - self._clock(), 0.001))
+                if not isinstance(failure, BaseException):
+                    return failure.value
+                reason = self._reason(failure)
+                self.close()
+                if self._clock() + backoff >= share_end:
+                    break
+                log.debug("%s failed fast, asking again in %.1f s: %s", what, backoff, reason)
+                self._sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            remaining = deadline - self._clock()
+            if attempt > policy.num_retries or remaining <= policy.retry_interval_ms / 1000:
+                raise KafkaUnavailableError(
+                    f"{what} failed: no answer from Kafka at {self._kafka.bootstrap_servers} within "
+                    f"{policy.timeout_ms} ms (kafka.default.api.timeout.ms; {attempt} attempt(s), "
+                    f"fetchOffset.numRetries={policy.num_retries}): {reason}. Check "
+                    "kafka.bootstrap.servers and that the brokers are reachable from the driver"
+                ) from None
+            log.warning("%s failed (attempt %d), retrying: %s", what, attempt, reason)
+            self._sleep(policy.retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def _try(self, what: str, request: Callable[[float], T], timeout_s: float) -> "_Answer[T] | BaseException":
+        """One request: its answer, or the retriable failure. Raises what retrying cannot fix."""
+        try:
+            return _Answer(request(timeout_s))
+        except KafkaException as exc:
+            if _error_code(exc) in _NOT_RETRIABLE:
+                raise self._refused(what, exc) from None
+            failure: BaseException = exc
+        except (ConfigError, TopicsDeletedError):
+            raise  # the client could not be created, or the topic is gone: retrying changes nothing
+        except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
+            failure = exc
+        self._serve_log()
+        if _is_authentication_failure(self._failure.line if self._failure else None):
+            # Wrong credentials show up as a timeout, with the reason only in the
+            # connection log; retrying cannot fix them.
+            raise self._refused(what, failure) from None
+        return failure
+
+    def _refused(self, what: str, exc: BaseException) -> ConfigError:
+        return ConfigError(
+            f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
+            "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
+        )
+
+    def _serve_log(self) -> None:
+        """Hand librdkafka's queued log lines to :class:`_LastFailure`."""
+        if self._admin is not None:
+            self._admin.poll(0)
+
+    def _reason(self, exc: BaseException) -> str:
+        text = _error_text(exc)
+        self._serve_log()
+        if self._failure is not None and self._failure.line:
+            text = f"{text} (last connection error: {self._failure.line})"
+        return self._kafka.redact(text)
+
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        if topics is not None:
+            return self._describe_counts(sorted(set(topics)))
+
+        def request(timeout_s: float) -> dict[str, int]:
+            metadata = self._client().list_topics(timeout=timeout_s)
+            counts = {}
+            for name, topic in metadata.topics.items():
+                if name.startswith("__") or (topic.error is not None and topic.error.code() in _NOT_LISTED):
+                    continue
+                if topic.error is not None:
+                    # A topic being created or moving leaders ("leader not available"): left
+                    # out, it would read as deleted (data loss) under subscribePattern. Asked
+                    # again, as the Java client retries a retriable topic error.
+                    raise KafkaException(topic.error)
+                counts[name] = len(topic.partitions)
+            return counts
+
+        return self._call("listing topics", request)
+
+    def _describe_counts(self, topics: list[str]) -> dict[str, int]:
+        return {name: identity.partitions for name, identity in self.describe_topics(topics).items()}
+
+    def topic_names(self) -> set[str]:
+        def request(timeout_s: float) -> set[str]:
+            metadata = self._client().list_topics(timeout=timeout_s)
+            # A topic error here (being created, being deleted, leaders moving) is left for
+            # describe_topics to settle: a listing is only the candidates a pattern selects from.
+            return {name for name in metadata.topics if not name.startswith("__")}
+
+        return self._call("listing topics", request)
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
+        """One DescribeTopicPartitions request for the named topics (a metadata request for
+        the whole cluster costs more the more topics it has)."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+
+        def request(timeout_s: float) -> dict[str, TopicIdentity]:
+            futures = self._client().describe_topics(TopicCollection(names), request_timeout=timeout_s)
+            found = {}
+            for name, future in futures.items():
+                try:
+                    description = future.result(timeout=timeout_s)
+                except KafkaException as exc:
+                    if _error_code(exc) not in _UNKNOWN_TOPIC:
+                        raise
+                    continue
+                found[name] = TopicIdentity(str(description.topic_id), len(description.partitions))
+            return found
+
+        return self._call("describing the subscribed topics", request)
+
+    def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
+        return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+        specs = {b: OffsetSpec.latest() for b in buckets}
+        latest = self._list_offsets("fetching latest offsets", specs)
+        for attempt in range(1, self._policy.num_retries + 1):
+            behind = sorted(f"{b} (read to {known[b]}, log end {o})" for b, o in latest.items()
+                            if known and b in known and o < known[b])
+            if not behind:
+                break
+            log.warning("log end below the offset already read for %s; asking again (attempt %d of "
+                        "fetchOffset.numRetries=%d)", ", ".join(behind), attempt, self._policy.num_retries)
+            self._sleep(self._policy.retry_interval_ms / 1000)
+            latest = self._list_offsets("fetching latest offsets", specs)
+        return latest
+
+    def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
+        found = self._list_offsets(
+            "fetching offsets for timestamps", {b: OffsetSpec.for_timestamp(ts) for b, ts in timestamps.items()},
+            lowest=-1,
+        )
+        # Kafka answers -1 when no record has a timestamp >= the one asked for.
+        return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
+
+    def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
+        """One ListOffsets request for ``specs``. An answer below ``lowest`` is a failed
+        attempt (:class:`~backlog_source.core.kafka_answers.NoValidOffsets`), retried like any
+        other: taken for a log end, a timed-out request's -1001 reads as offsets moving
+        backwards, i.e. false data loss, or a rewind to the earliest offset."""
+        if not specs:
+            return {}
+        isolation = (
+            KafkaIsolation.READ_COMMITTED
+            if self._kafka.isolation_level is IsolationLevel.READ_COMMITTED
+            else KafkaIsolation.READ_UNCOMMITTED
+        )
+
+        def request(timeout_s: float) -> dict[Bucket, int]:
+            try:
+                admin = self._client()  # keep referenced until the futures resolve
+                futures = admin.list_offsets(
+                    {TopicPartition(b.topic, b.partition): spec for b, spec in specs.items()},
+                    isolation_level=isolation,
+                    request_timeout=timeout_s,
+                )
+                answers = {Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
+                           for tp, future in futures.items()}
+            except KafkaException as exc:
+                if _error_code(exc) in _MAYBE_DELETED:
+                    self._raise_if_deleted({b.topic for b in specs}, timeout_s)
+                raise
+            return dict(check_offsets(answers, lowest))
+
+        return self._call(what, request)
+
+    def _raise_if_deleted(self, topics: set[str], timeout_s: float) -> None:
+        """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
+        topics that no longer exist. A topic deleted after the planner listed it fails
+        ListOffsets with "No leaders found" (its partitions have no leader any more), which
+        retrying until ``kafka.default.api.timeout.ms`` cannot fix; it killed the query as
+        "Kafka unavailable". If the check itself fails, the request's own failure stands."""
+        try:
+            futures = self._client().describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout_s)
+            deleted = []
+            for name, future in futures.items():
+                try:
+                    future.result(timeout=timeout_s)
+                except KafkaException as exc:
+                    if _error_code(exc) in _UNKNOWN_TOPIC:
+                        deleted.append(name)
+        except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
+            return
+        if deleted:
+            raise TopicsDeletedError(deleted)
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None:
+        return self.describe_topics([topic]).get(topic)
+
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        if topic in self.partition_counts([topic]):
+            return
+        admin = self._client()
+        timeout_s = self._policy.timeout_ms / 1000
+        future = admin.create_topics([NewTopic(topic, partitions)], request_timeout=timeout_s)[topic]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if _error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another query created it first
+                raise ControlTopicError(
+                    f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
+                    f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
+                    "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
+                ) from None
+        self._await_leaders(topic)
+
+    def _await_leaders(self, topic: str) -> None:
+        """Wait until every partition of a topic just created has a leader, within
+        ``kafka.default.api.timeout.ms``. On a cluster of several brokers a new topic's
+        leaders take a moment to reach every broker, and this client's metadata cache kept
+        "no leader" for the topic: the ListOffsets that follows failed every retry ("Failed to
+        query partition leaders: No leaders found"). Describing the topic refreshes the cache."""
+        def request(timeout_s: float) -> None:
+            description = self._client().describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+            partitions = description.result(timeout=timeout_s).partitions
+            leaderless = [p.id for p in partitions if p.leader is None or p.leader.id < 0]
+            if leaderless:
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                f"partitions {leaderless} of {topic} have no leader yet"))
+
+        self._call(f"waiting for the leaders of the new topic {topic!r}", request)
+
+
+#: The shortest share of the deadline an attempt gets (when that much is left).
+_MIN_ATTEMPT_S = 2.0
+#: The first wait before a request that failed fast is asked again inside its attempt, and the
+#: longest (the Java client's retry.backoff.ms and retry.backoff.max.ms defaults).
+_BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
+
+
+@dataclass(frozen=True)
+class _Answer(Generic[T]):
+    """A request's answer, told apart from a failure :meth:`KafkaOffsetsClient._try` returns."""
+
+    value: T
+
+
+def _is_authentication_failure(connection_log_line: str | None) -> bool:
+    """librdkafka's log line of a failed connection says whether the broker refused the
+    credentials or the TLS handshake ("SASL authentication error: ...", "SSL handshake
+    failed")."""
+    line = (connection_log_line or "").lower()
+    return "authentication error" in line or "authentication failed" in line or "ssl handshake failed" in line
+
+
+def _error_code(exc: KafkaException) -> int | None:
+    return exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,224 @@
+"""The offset dict: the JSON encoding of the source's state (:mod:`.state`), every version.
+
+Spark stores the dict that ``latestOffset`` returns in the query's offset log and hands it
+back as ``start``/``end`` of a batch, also after a restart. So it must hold everything a
+replayed batch needs: read positions and the backlog state of every bucket. Every reader of
+a checkpointed or reported offset (the enumerator, ``partitions()``, the mode-switch
+listener, the demo, :func:`~backlog_source.metrics.lag_metrics`) parses it here.
+
+Shape, version 2 (the end of one micro-batch)::
+
+    {"v": 2,
+     "source_id": "7f0c…",                      # stable for the life of the checkpoint
+     "positions": {"orders": {"0": 1234}},     # next offset to read, Spark's Kafka shape
+     "starts": {"clicks": {"0": 0}},           # where this batch starts a new or reset bucket
+     "backlog": {"orders": {"1": 5000}},       # boundary of each bucket still below it after this batch
+     "finishing": {"orders": {"0": 1200}},     # boundaries this batch reaches (they leave with its commit)
+     "processing_backlog": true,                # == bool(backlog): the state once this batch commits
+     "events_position": 17,                     # next control-topic offset to read
+     "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
+     "trace": {"traceparent": "00-…-…-01", …},  # the backlog phase's trace (enumerator/phase_trace.py), or null
+     "snapshot": {"root": "s3://…", "id": "…",   # snapshot.path: buckets whose snapshot is still to be read
+                  "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}},  # or null
+     "topic_ids": {"orders": "dGhlIHRvcGljIGlk"}}  # each topic's id when planned (KIP-516)
+
+Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
+each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
+position reaches it. Because Spark reports this dict as the ``endOffset`` of the batch that
+has just committed, ``processing_backlog`` says whether backlog is left *after* that batch:
+the batch that reads the last backlog record already reports false, so the switch to low
+latency needs no extra batch. A stored example of every released version is read by
+``tests/unit/core/test_offset.py`` (``tests/fixtures/offsets/``).
+
+Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) had no
+``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``
+was added to version 2 in release 0.3.0 as an optional field (an older release reading it
+ignores it, so a rollback still reads the checkpoint; read without it, it is empty and the
+ids are learnt at the next plan). Pure codecs;
+the transitions live in :mod:`backlog_source.enumerator.boundaries` and
+:mod:`backlog_source.enumerator.phase_trace`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from backlog_source.core.buckets import Bucket, from_nested, to_nested
+from backlog_source.core.codec import VersionedCodec
+from backlog_source.core.errors import OffsetFormatError
+from backlog_source.core.tracing.context import SpanContextIds
+from backlog_source.enumerator.state import (
+    COUNT_KINDS,
+    EventCounts,
+    OpenBucket,
+    PhaseTrace,
+    SnapshotState,
+    SourceOffset,
+)
+
+
+def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2. Version 1's ``backlog`` held every boundary the batch was planned
+    with, including those its positions had already reached; those become ``finishing``,
+    except a bucket whose snapshot is still to be read (its boundary is its snapshot's log
+    offset, which its position equals before the read). ``starts`` did not exist."""
+    positions = from_nested(data.get("positions", {}), "offset field 'positions'")
+    backlog = from_nested(data.get("backlog", {}), "offset field 'backlog'")
+    snapshot = _snapshot_from_json(data.get("snapshot"))
+    unread = snapshot.pending if snapshot is not None else {}
+    finishing = {b: o for b, o in backlog.items() if b not in unread and positions.get(b, -1) >= o}
+    still = {b: o for b, o in backlog.items() if b not in finishing}
+    return {**data, "backlog": to_nested(still), "finishing": to_nested(finishing)}
+
+
+#: The offset dict's versions: 2 is written; 1 is read and upgraded.
+OFFSET_CODEC = VersionedCodec("offset", "v", 2, OffsetFormatError, upgrades={1: _upgrade_v1})
+
+
+def encode(offset: SourceOffset) -> dict[str, Any]:
+    """The dict Spark checkpoints (JSON-serialisable, deterministic key order)."""
+    return OFFSET_CODEC.stamp({
+        "source_id": offset.source_id,
+        "positions": to_nested(offset.positions),
+        "starts": to_nested(offset.starts),
+        "backlog": to_nested(offset.backlog),
+        "finishing": to_nested(offset.finishing),
+        "processing_backlog": offset.processing_backlog,
+        "events_position": offset.events_position,
+        "event_counts": {kind: offset.event_counts[kind] for kind in COUNT_KINDS},
+        "trace": None if offset.trace is None else _trace_to_json(offset.trace),
+        "snapshot": None if offset.snapshot is None else _snapshot_to_json(offset.snapshot),
+        "topic_ids": dict(sorted(offset.topic_ids.items())),
+    })
+
+
+def decode(data: Any) -> SourceOffset:
+    """Parse a dict written by :func:`encode`, of this release or an earlier one.
+
+    Raises :class:`OffsetFormatError` for an unknown version or a malformed dict, e.g. a
+    checkpoint written by Spark's ``kafka`` source or by a newer backlog-source.
+    """
+    data = OFFSET_CODEC.current_shape(
+        data, hint=". Was the checkpoint written by another source or a newer release?")
+    source_id = data.get("source_id")
+    if not isinstance(source_id, str) or not source_id:
+        raise OffsetFormatError("offset field 'source_id' must be a non-empty string")
+    events_position = data.get("events_position", 0)
+    if not isinstance(events_position, int) or isinstance(events_position, bool) or events_position < 0:
+        raise OffsetFormatError(f"offset field 'events_position' must be an integer >= 0, got {events_position!r}")
+    return SourceOffset(
+        source_id=source_id,
+        positions=from_nested(data.get("positions", {}), "offset field 'positions'"),
+        backlog=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
+        finishing=from_nested(data.get("finishing", {}), "offset field 'finishing'"),
+        starts=from_nested(data.get("starts", {}), "offset field 'starts'"),
+        events_position=events_position,
+        event_counts=_counts_from_json(data.get("event_counts")),
+        trace=_trace_from_json(data.get("trace")),
+        snapshot=_snapshot_from_json(data.get("snapshot")),
+        topic_ids=_topic_ids_from_json(data.get("topic_ids")),
+    )
+
+
+def parse_reported(value: Any) -> SourceOffset | None:
+    """The backlog-source offset in a progress event's ``startOffset``/``endOffset`` or in a
+    line of the checkpoint's offset log (JSON text or its dict), or None when the value is
+    another source's offset (Spark's Kafka source, the rate source...) or empty.
+
+    Raises :class:`OffsetFormatError` for a backlog-source offset this release cannot read,
+    e.g. one written by a newer release.
+    """
+    if not value:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not (isinstance(value, dict) and "source_id" in value and "positions" in value):
+        return None
+    return decode(value)
+
+
+# -- the parts ---------------------------------------------------------------------------
+
+
+def _topic_ids_from_json(data: Any) -> dict[str, str]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()):
+        raise OffsetFormatError("offset field 'topic_ids' must map topic names to non-empty id strings")
+    return dict(data)
+
+
+def _counts_from_json(data: Any) -> EventCounts:
+    if data is None:
+        return EventCounts()
+    if not isinstance(data, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in data.values()
+    ):
+        raise OffsetFormatError("offset field 'event_counts' must map kinds to counts >= 0")
+    return EventCounts({k: v for k, v in data.items() if k in COUNT_KINDS and v})
+
+
+def _trace_to_json(trace: PhaseTrace) -> dict[str, Any]:
+    nested: dict[str, dict[str, list[int]]] = {}
+    for bucket in sorted(trace.buckets):
+        entry = trace.buckets[bucket]
+        nested.setdefault(bucket.topic, {})[str(bucket.partition)] = [entry.start_offset, entry.boundary, entry.started_ms]
+    return {
+        "traceparent": trace.ids.traceparent,
+        "started_ms": trace.started_ms,
+        "topics": list(trace.topics),
+        "bucket_count": trace.bucket_count,
+        "records": trace.records,
+        "buckets": nested,
+    }
+
+
+def _trace_from_json(data: Any) -> PhaseTrace | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise OffsetFormatError(f"offset field 'trace' must be an object or null, got {data!r}")
+    ids = SpanContextIds.parse(data.get("traceparent"))
+    if ids is None:
+        raise OffsetFormatError(f"offset field 'trace.traceparent' is not a W3C traceparent: {data.get('traceparent')!r}")
+    try:
+        buckets = {
+            Bucket(topic, int(partition)): OpenBucket(int(entry[0]), int(entry[1]), int(entry[2]))
+            for topic, partitions in data.get("buckets", {}).items()
+            for partition, entry in partitions.items()
+        }
+        return PhaseTrace(
+            ids=ids,
+            started_ms=int(data["started_ms"]),
+            topics=tuple(str(t) for t in data.get("topics", [])),
+            bucket_count=int(data.get("bucket_count", 0)),
+            records=int(data.get("records", 0)),
+            buckets=buckets,
+        )
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise OffsetFormatError(f"offset field 'trace' is malformed: {exc!r}") from None
+
+
+def _snapshot_to_json(snapshot: SnapshotState) -> dict[str, Any]:
+    nested: dict[str, dict[str, list[str]]] = {}
+    for bucket in sorted(snapshot.pending):
+        nested.setdefault(bucket.topic, {})[str(bucket.partition)] = list(snapshot.pending[bucket])
+    return {"root": snapshot.root, "id": snapshot.snapshot_id, "pending": nested}
+
+
+def _snapshot_from_json(data: Any) -> SnapshotState | None:
+    if data is None:
+        return None
+    try:
+        pending = {
+            Bucket(topic, int(partition)): tuple(str(f) for f in files)
+            for topic, partitions in data["pending"].items()
+            for partition, files in partitions.items()
+        }
+        return SnapshotState(str(data["root"]), str(data["id"]), pending)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise OffsetFormatError(f"offset field 'snapshot' is malformed: {exc!r}") from None

@@ -1,0 +1,261 @@
+"""The control topic (option ``backlog.eventsTopic``): one partition, events keyed by source
+id; its writers and its reader, in one place.
+
+* :func:`publish` runs on executors: a short-lived producer, flushed before it returns;
+  :func:`publish_once` is what readers call (at most once per worker and boundary).
+* :class:`ControlTopicReader` runs in the driver's planner worker: it reads what is new
+  since a position, up to the log end it saw when asked, and never waits for more.
+* :class:`ControlTopic` is the control topic as the enumerator sees it (the driver's planner
+  worker): created once, explicitly; checked before every read; re-established when someone
+  deleted or re-created it. BacklogFinishEvents only say *how* a bucket left backlog (the
+  driver's plan and the committed positions decide *when*), so a lost control topic loses
+  attribution, never correctness: the source re-creates it (one partition) and goes on, with
+  a warning naming ``backlog.eventsTopic``. Publishers never create it
+  (``allow.auto.create.topics=false``), so it never comes back with the broker's default
+  partition count behind the driver's back.
+
+Several queries may share one control topic; each ignores the others' events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from backlog_source.core.buckets import Bucket, TopicIdentity
+from backlog_source.core.kafka_answers import watermarks
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_source.core.settings import ReaderConfig, SourceSettings
+from backlog_source.core.text_enum import TextEnum
+from backlog_source.events import dedup
+from backlog_source.events.finish_event import BacklogFinishEvent
+
+log = logging.getLogger(__name__)
+
+CONTROL_PARTITION = 0
+#: At most this many control messages per consume() call, each call waiting at most this long.
+_CONSUME_BATCH, _CONSUME_WAIT_S = 1000, 0.2
+
+
+def publish_once(
+    config: ReaderConfig,
+    event: BacklogFinishEvent,
+    publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] | None = None,
+) -> None:
+    """Publish ``event`` unless this worker already did for its source, bucket and boundary
+    (:mod:`backlog_source.events.dedup`); after a failed publish a later attempt may publish again.
+
+    Which process: a reader's Python worker. ``publish_event`` defaults to :func:`publish`.
+    """
+    key = (event.source_id, event.topic, event.partition, event.boundary_offset)
+    if not dedup.first_time(*key):
+        return
+    if not (publish_event or publish)(config, event):
+        dedup.forget(*key)
+
+
+def publish(config: ReaderConfig, event: BacklogFinishEvent) -> bool:
+    """Publish ``event`` and wait for the broker's acknowledgement.
+
+    Returns False (and logs why) instead of raising: a lost event never fails a read, since
+    the enumerator also finishes a bucket once its committed position passed the boundary.
+    """
+    if config.events_topic is None:
+        return False
+    timeout_ms = min(config.poll_timeout_ms, 30_000)
+    delivered: list[object] = []
+    try:
+        producer = Producer(config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms}))
+        producer.produce(
+            config.events_topic,
+            key=event.source_id.encode(),
+            value=event.encode(),
+            partition=CONTROL_PARTITION,
+            on_delivery=lambda err, _msg: delivered.append(err),
+        )
+        producer.flush(timeout_ms / 1000 + 5)
+    except Exception as exc:  # BufferError, KafkaException: never fail the read for this
+        log.warning("could not publish %s: %s", _describe(event), config.kafka.redact(str(exc)))
+        return False
+    if not delivered or delivered[0] is not None:
+        reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
+        log.warning("could not publish %s: %s", _describe(event), reason)
+        return False
+    return True
+
+
+def _describe(event: BacklogFinishEvent) -> str:
+    return f"BacklogFinishEvent for {event.bucket} (boundary {event.boundary_offset})"
+
+
+@dataclass(frozen=True)
+class ControlMessages:
+    """Messages read from the control topic: ``values`` in offset order, and the position
+    after the last one."""
+
+    values: list[bytes | None]
+    next_position: int
+
+
+class ControlTopicReader:
+    """Reads the control topic from a given position to its current end.
+
+    Which process: the driver's planner worker, once per backlog phase end (a batch that
+    carried a bucket to its boundary), so a consumer per read costs little. It is never
+    kept between reads: a librdkafka consumer (2.16.1) assigned to a topic that is then
+    deleted crashes its whole process with SIGSEGV against the embedded broker, paused or
+    not, and the planner worker is the query. Picklable (holds no client).
+    """
+
+    def __init__(self, kafka: KafkaClientConfig, topic: str, timeout_ms: int, *,
+                 consumer_factory: Callable[[dict], Consumer] = Consumer,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``consumer_factory`` and ``clock`` are replaced by unit tests only."""
+        self._kafka = kafka
+        self._topic = topic
+        self._timeout_ms = timeout_ms
+        self._consumer_factory = consumer_factory
+        self._clock = clock
+
+    def read_from(self, position: int) -> ControlMessages:
+        """Every message from ``position`` up to the log end (asked once, so this returns
+        even while other sources keep writing; a message written after that is read by the
+        next call), plus any that came in the same ``consume()`` call as the last of them:
+        the returned position is always just past what was returned. A
+        position beyond the log end (the topic was re-created) reads from its earliest
+        offset. Gives up quietly (returning what it has) after the timeout; the next call
+        continues from the returned position."""
+        consumer = self._consumer_factory(self._kafka.librdkafka(ClientRole.CONTROL_READER))
+        try:
+            return self._read(consumer, position)
+        finally:
+            consumer.close()
+
+    def _read(self, consumer: Consumer, position: int) -> ControlMessages:
+        topic = self._topic
+        partition = TopicPartition(topic, CONTROL_PARTITION)
+        timeout_s = self._timeout_ms / 1000
+        try:
+            low, high = watermarks(consumer, partition, timeout_s)
+        except Exception as exc:  # KafkaException, or NoValidOffsets (which would read as a re-created topic)
+            log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
+            return ControlMessages([], position)
+        if position > high:
+            log.warning("control topic %r ends at %d, before the position %d this query read to: it was re-created; "
+                        "reading it from its earliest offset %d", topic, high, position, low)
+            position = low
+        position = max(position, low)
+        if position >= high:
+            return ControlMessages([], position)
+        consumer.assign([TopicPartition(topic, CONTROL_PARTITION, position)])
+        values: list[bytes | None] = []
+        deadline = self._clock() + timeout_s
+        while position < high and self._clock() < deadline:
+            # consume() returns once it has that many messages or its wait is over: asking
+            # for no more than what remains returns as soon as the last event arrives (asking
+            # for 1,000 waited out the whole 0.2 s at every backlog phase end, measured).
+            for message in consumer.consume(min(_CONSUME_BATCH, high - position), _CONSUME_WAIT_S):
+                error = message.error()
+                if error is None:
+                    if message.offset() >= position:
+                        values.append(message.value())
+                        position = message.offset() + 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, message.offset())
+                else:
+                    log.warning("reading the control topic %r: %s", topic, self._kafka.redact(error.str()))
+        return ControlMessages(values, position)
+
+
+# -- the control topic as the enumerator sees it ------------------------------------------
+
+
+class ControlTopicAdmin(Protocol):
+    """What :class:`ControlTopic` asks of the enumerator's admin client
+    (:class:`~backlog_source.enumerator.kafka_admin.OffsetsClient`)."""
+
+    def ensure_topic(self, topic: str, partitions: int) -> None: ...
+
+    def topic_identity(self, topic: str) -> TopicIdentity | None: ...
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known=None) -> dict[Bucket, int]: ...
+
+
+class TopicChange(TextEnum):
+    """What happened to the control topic since this run last looked."""
+
+    UNCHANGED = "unchanged"
+    RECREATED_HERE = "re-created here"  # it was deleted, and this run created it again: empty
+    RECREATED = "re-created"  # someone else deleted and re-created it: read it from its start
+
+
+class ControlTopic:
+    """Opens, checks and reads the control topic named by ``backlog.eventsTopic``."""
+
+    def __init__(self, settings: SourceSettings, client: ControlTopicAdmin, reader: ControlTopicReader | None = None) -> None:
+        self._topic = settings.backlog_events_topic
+        self._client = client
+        self._reader = reader or ControlTopicReader(settings.kafka, self._topic, settings.api_timeout_ms)
+        self._identity: TopicIdentity | None = None
+
+    def open(self) -> int:
+        """Create the topic if it is missing (raises
+        :class:`~backlog_source.core.errors.ControlTopicError` naming the option if it cannot) and
+        return its log end: events written before are not this query's."""
+        self._client.ensure_topic(self._topic, 1)
+        self._identity = self._client.topic_identity(self._topic)
+        if self._identity is not None:
+            self._warn_if_partitioned(self._identity)
+        return self._latest()
+
+    def log_end(self) -> int:
+        """The control topic's log end, after :meth:`_check` (re-created: 0)."""
+        self._check()
+        return self._latest()
+
+    def _latest(self) -> int:
+        bucket = Bucket(self._topic, CONTROL_PARTITION)
+        return self._client.latest_offsets([bucket])[bucket]
+
+    def read_from(self, position: int) -> ControlMessages:
+        """The messages since ``position``, after checking the topic is still the one this
+        run read: a missing topic is re-created and yields nothing; a re-created one is read
+        from its start."""
+        change = self._check()
+        if change is TopicChange.RECREATED_HERE:
+            return ControlMessages([], 0)
+        return self._reader.read_from(0 if change is TopicChange.RECREATED else position)
+
+    def _check(self) -> TopicChange:
+        """Compare the topic with the one this run opened (re-creating it when it is missing)."""
+        identity = self._client.topic_identity(self._topic)
+        if identity is None:
+            log.warning(
+                "the control topic %r (option 'backlog.eventsTopic') was deleted while the query ran: re-creating it "
+                "with 1 partition; BacklogFinishEvents published meanwhile are lost, buckets finish by position",
+                self._topic,
+            )
+            self._client.ensure_topic(self._topic, 1)
+            self._identity = self._client.topic_identity(self._topic)
+            return TopicChange.RECREATED_HERE
+        change = TopicChange.UNCHANGED
+        if self._identity is not None and identity != self._identity:
+            log.warning(
+                "the control topic %r (option 'backlog.eventsTopic') was re-created while the query ran (%s, was %s): "
+                "reading the new topic from its start", self._topic, identity, self._identity,
+            )
+            change = TopicChange.RECREATED
+        if identity != self._identity:
+            self._warn_if_partitioned(identity)
+        self._identity = identity
+        return change
+
+    def _warn_if_partitioned(self, identity: TopicIdentity) -> None:
+        if identity.partitions != 1:
+            log.warning("the control topic %r has %d partitions; backlog-source uses partition %d only",
+                        self._topic, identity.partitions, CONTROL_PARTITION)

@@ -1,0 +1,67 @@
+"""The splits of one batch: what Spark's ``partitions(start, end)`` returns.
+
+Runs on the driver, in the long-lived planner worker. A pure function of what the batch
+reads (:class:`BatchReads`, which the enumerator's state derives from the batch's two
+offsets: ``SourceOffset.reads_since``) and the settings, so a batch replayed after a crash
+gets the same splits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.settings import SourceSettings
+from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
+from backlog_source.split.planning import TASK_RECORDS, pack_tasks, plan_ranges
+
+
+@dataclass(frozen=True)
+class SnapshotRead:
+    """A bucket whose snapshot this batch reads: Parquet ``files`` under ``root``, holding its
+    records up to ``log_offset`` (where its log range starts)."""
+
+    bucket: Bucket
+    root: str
+    files: tuple[str, ...]
+    log_offset: int
+
+
+@dataclass(frozen=True)
+class BatchReads:
+    """What one batch reads: ``[start[b], end[b])`` of each bucket, the boundary each bucket
+    carries (pending or reached by this batch), the trace context of each open bucket span,
+    and the snapshots this batch reads."""
+
+    source_id: str
+    start: dict[Bucket, int]
+    end: dict[Bucket, int]
+    boundaries: dict[Bucket, int] = field(default_factory=dict)
+    traceparents: dict[Bucket, str] = field(default_factory=dict)
+    snapshots: tuple[SnapshotRead, ...] = ()
+
+
+def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit | SnapshotSplit]:
+    """The batch as splits: log ranges cut as Spark's Kafka source cuts them
+    (``minPartitions``, ``maxRecordsPerPartition``), small ones packed into shared tasks,
+    then one :class:`SnapshotSplit` per bucket whose snapshot this batch reads.
+
+    A range carries its bucket's boundary while the bucket is pending or this batch reaches
+    it, and the bucket span's trace context while the backlog phase is open.
+    """
+    ranges = [
+        replace(r, boundary=reads.boundaries.get(r.bucket), traceparent=reads.traceparents.get(r.bucket))
+        for r in plan_ranges(reads.start, reads.end, min_partitions=settings.min_partitions,
+                             max_records_per_partition=settings.max_records_per_partition)
+    ]
+    task_records = min(TASK_RECORDS, settings.max_records_per_partition or TASK_RECORDS)
+    tasks = pack_tasks(ranges, task_records=task_records, min_tasks=settings.min_partitions or 1)
+    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id) for task in tasks]
+    return splits + [
+        SnapshotSplit(
+            topic=s.bucket.topic, partition=s.bucket.partition, root=s.root, files=s.files, log_offset=s.log_offset,
+            boundary=reads.boundaries.get(s.bucket), source_id=reads.source_id,
+            traceparent=reads.traceparents.get(s.bucket),
+        )
+        for s in reads.snapshots
+    ]

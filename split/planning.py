@@ -1,0 +1,184 @@
+"""Pure planning: how much a batch may read (:class:`ReadBudget`), how far it reads, and how
+its ranges are cut into input partitions.
+
+No Kafka, no Spark, no clock: every function here is a function of its arguments, which is
+what lets ``partitions(start, end)`` be replayed exactly after a crash. Where a user can
+compare the result with Spark's Kafka source, the arithmetic is Spark's (cited per function).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.settings import SourceSettings
+from backlog_source.split.kafka_split import KafkaRange
+
+
+@dataclass(frozen=True)
+class ReadBudget:
+    """How much one batch may read, from Spark's read limit (see ``BacklogStreamReader``).
+
+    ``max_records``: about this many records at most (Spark's proportional allocation).
+    ``min_records``: skip the batch while fewer are available, unless ``maxTriggerDelay``
+    has passed since the last batch (the first batch of a run always runs, as in Spark).
+    ``backlog_max_records``: replaces ``max_records`` while the source is processing backlog
+    as of this batch (after discovery, restart and re-entry), so a batch that enters backlog
+    is already sized for it.
+    """
+
+    max_records: int | None = None
+    min_records: int | None = None
+    backlog_max_records: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> "ReadBudget":
+        """The budget the source's own options set: ``maxOffsetsPerTrigger``,
+        ``minOffsetsPerTrigger`` and ``backlog.maxOffsetsPerTrigger``. The one place that
+        combines the read limits."""
+        return cls(settings.max_offsets_per_trigger, settings.min_offsets_per_trigger,
+                   settings.backlog_max_offsets_per_trigger)
+
+    @property
+    def caps(self) -> list[int]:
+        """The record caps set for either state."""
+        return [n for n in (self.max_records, self.backlog_max_records) if n is not None]
+
+    @property
+    def one_batch_records(self) -> int | None:
+        """The most records one batch reads in either state (None: no limit in either)."""
+        return min(self.caps) if self.caps else None
+
+    def for_state(self, processing_backlog: bool) -> "ReadBudget":
+        if processing_backlog and self.backlog_max_records is not None:
+            return ReadBudget(self.backlog_max_records, self.min_records)
+        return ReadBudget(self.max_records, self.min_records)
+
+
+def lag(start: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
+    """Records available per bucket: ``latest - start``, never negative; buckets of ``start`` only."""
+    return {bucket: max(0, latest.get(bucket, position) - position) for bucket, position in start.items()}
+
+
+def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_records: int) -> dict[Bucket, int]:
+    """End positions that read about ``max_records`` in total, as Spark's Kafka source does
+    (``KafkaMicroBatchStream.rateLimit``).
+
+    Each lagging bucket gets ``limit * lag / totalLag`` records, rounded down, but at least
+    one, so a small partition is never starved by a big one; never past its latest offset.
+    The rounding makes the total a little lower (or, with many tiny lags, higher) than the
+    limit, exactly as Spark's.
+    """
+    if max_records <= 0:
+        raise ValueError(f"max_records must be positive, got {max_records}")
+    available = {b: n for b, n in lag(start, latest).items() if n > 0}
+    total = sum(available.values())
+    if total == 0:
+        return {bucket: max(start[bucket], latest.get(bucket, start[bucket])) for bucket in start}
+    end = {}
+    for bucket, position in start.items():
+        size = available.get(bucket)
+        if size is None:
+            end[bucket] = max(position, latest.get(bucket, position))
+            continue
+        prorate = max_records * (size / total)
+        share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        end[bucket] = min(position + size, position + share)
+    return end
+
+
+def plan_ranges(
+    start: Mapping[Bucket, int],
+    end: Mapping[Bucket, int],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[KafkaRange]:
+    """Cut the batch ``[start, end)`` into ranges, as Spark's
+    ``KafkaOffsetRangeCalculator.getRanges`` does.
+
+    Buckets with nothing to read get no range. Ranges larger than
+    ``max_records_per_partition`` are cut into ``ceil(size / max)`` pieces. If fewer ranges
+    than ``min_partitions`` remain, only the large ones are cut further (SPARK-36576): a
+    range whose share ``size / total * minPartitions`` rounds to one stays whole, and the
+    others split ``minPartitions - unsplit`` in proportion to their size.
+    """
+    ranges = [KafkaRange.of(b, start[b], end[b]) for b in sorted(end) if b in start and end[b] > start[b]]
+    if max_records_per_partition is not None:
+        ranges = [piece for r in ranges for piece in _cut(r, math.ceil(r.size / max_records_per_partition))]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    unsplit = {r.bucket for r in ranges if _part_count(r.size, total, min_partitions) == 1}
+    unsplit_total = sum(r.size for r in ranges if r.bucket in unsplit)
+    split_total = total - unsplit_total
+    split_min = max(min_partitions - len([r for r in ranges if r.bucket in unsplit]), 1)
+    return [
+        piece
+        for r in ranges
+        for piece in _cut(r, 1 if r.bucket in unsplit else _part_count(r.size, split_total, split_min))
+    ]
+
+
+def _part_count(size: int, total: int, parts: int) -> int:
+    # Scala's math.round rounds half up; Python's round() rounds half to even.
+    return max(math.floor(size / total * parts + 0.5), 1)
+
+
+def _cut(offset_range: KafkaRange, parts: int) -> list[KafkaRange]:
+    """``offset_range`` in ``parts`` contiguous pieces; the last takes the rounding (Spark's
+    ``getDividedPartition``). Empty pieces are dropped; each piece keeps the range's
+    boundary and trace context."""
+    pieces = []
+    remaining = offset_range.size
+    position = offset_range.start
+    for index in range(parts):
+        size = remaining // (parts - index)
+        remaining -= size
+        end = min(position + size, offset_range.end)
+        if end > position:
+            pieces.append(replace(offset_range, start=position, end=end))
+        position = end
+    return pieces
+
+
+#: Small ranges share a task up to this many records. A Python task costs tens of
+#: milliseconds of fixed work (about what reading 40,000 records costs), so a batch of small
+#: ranges over many partitions becomes a few tasks, while large ranges keep a task each
+#: (benchmarks/latency.py measured both).
+TASK_RECORDS = 40_000
+
+
+def pack_tasks(ranges: list[KafkaRange], *, task_records: int = TASK_RECORDS, min_tasks: int = 1) -> list[list[KafkaRange]]:
+    """Group ``ranges`` into tasks: a range of ``task_records`` or more is a task of its
+    own; smaller ones share tasks of at most ``task_records`` records, never two ranges of
+    one bucket in a task. At least ``min_tasks`` tasks when there are that many ranges
+    (``minPartitions``). Deterministic: a replayed batch gets the same tasks."""
+    ordered = sorted(ranges, key=lambda r: (-r.size, r.bucket, r.start))
+    tasks: list[list[KafkaRange]] = []
+    totals: list[int] = []
+    for r in ordered:
+        if r.size >= task_records:
+            tasks.append([r])
+            totals.append(r.size)
+            continue
+        fits = [i for i, total in enumerate(totals)
+                if total + r.size <= task_records and all(o.bucket != r.bucket for o in tasks[i])]
+        if fits:
+            best = min(fits, key=lambda i: (totals[i], i))
+            tasks[best].append(r)
+            totals[best] += r.size
+        else:
+            tasks.append([r])
+            totals.append(r.size)
+    while len(tasks) < min(min_tasks, len(ranges)):
+        widest = max(range(len(tasks)), key=lambda i: (len(tasks[i]), totals[i], -i))
+        half = len(tasks[widest]) // 2
+        moved = tasks[widest][half:]
+        tasks[widest] = tasks[widest][:half]
+        totals[widest] -= sum(r.size for r in moved)
+        tasks.append(moved)
+        totals.append(sum(r.size for r in moved))
+    return [sorted(task, key=lambda r: (r.bucket, r.start)) for task in tasks]

@@ -1,0 +1,113 @@
+"""The offset dict: its one parser, every released version, and what it carries."""
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from backlog_source.core.buckets import Bucket, from_nested, to_nested
+from backlog_source.core.errors import OffsetFormatError
+from backlog_source.core.tracing.context import SpanContextIds
+from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.state import OpenBucket, PhaseTrace, SourceOffset
+from backlog_source.enumerator.state_codec import parse_reported
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "offsets"
+O0, O1 = Bucket("orders", 0), Bucket("orders", 1)
+
+
+def sample() -> SourceOffset:
+    return SourceOffset(
+        source_id="abc",
+        positions={Bucket("orders", 1): 998, Bucket("orders", 0): 1234, Bucket("b", 0): 0},
+        backlog={Bucket("orders", 1): 5000},
+        finishing={Bucket("orders", 0): 1200},
+        starts={Bucket("b", 0): 0},
+        events_position=17,
+        trace=PhaseTrace(
+            SpanContextIds.parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            started_ms=1_700_000_000_000, topics=("orders",), bucket_count=1, records=4002,
+            buckets={Bucket("orders", 1): OpenBucket(998, 5000, 1_700_000_000_000)},
+        ),
+    )
+
+
+def test_offset_round_trips_through_json_and_pickle():
+    offset = sample()
+    data = json.loads(json.dumps(offset_codec.encode(offset)))
+    assert offset_codec.decode(data) == offset
+    assert pickle.loads(pickle.dumps(offset)) == offset
+
+
+def test_offset_json_uses_sparks_positions_shape_and_is_deterministic():
+    data = offset_codec.encode(sample())
+    assert data["v"] == 2
+    assert data["positions"] == {"b": {"0": 0}, "orders": {"0": 1234, "1": 998}}
+    assert data["processing_backlog"] is True
+    assert data["finishing"] == {"orders": {"0": 1200}} and data["starts"] == {"b": {"0": 0}}
+    assert json.dumps(data) == json.dumps(offset_codec.encode(offset_codec.decode(data)))
+
+
+def test_processing_backlog_is_derived_from_the_pending_boundaries():
+    assert offset_codec.encode(SourceOffset("x", {Bucket("t", 0): 1}))["processing_backlog"] is False
+    # A batch that reaches every boundary already reports that no backlog is left.
+    reached = SourceOffset("x", {Bucket("t", 0): 9}, finishing={Bucket("t", 0): 9})
+    assert offset_codec.encode(reached)["processing_backlog"] is False and reached.boundaries == {Bucket("t", 0): 9}
+
+
+def test_every_released_version_is_read_forever():
+    """One stored offset of each released version (tests/fixtures/offsets, written by that
+    release against the embedded broker); a new version must keep reading them."""
+    read = {path.stem: offset_codec.decode(json.loads(path.read_text())) for path in sorted(FIXTURES.glob("*.json"))}
+    assert {name.split("-")[0] for name in read} == {"v1"}
+    mid = read["v1-mid-backlog"]
+    assert mid.processing_backlog and mid.backlog == {O0: 10001, O1: 10001} and mid.finishing == {}
+    assert mid.positions == {O0: 6000, O1: 6000} and mid.trace.bucket_count == 2
+    # 0.1.0 kept a boundary its batch had reached in "backlog" until the next batch: that is
+    # "finishing" now, so the upgraded query does not report backlog that is already read.
+    reached = read["v1-boundary-reached-from-snapshot"]
+    assert not reached.processing_backlog and reached.finishing == {O0: 10007, O1: 10007}
+    assert reached.snapshot is not None and reached.snapshot.pending == {}
+    done = read["v1-caught-up"]
+    assert not done.processing_backlog and done.event_counts["handled"] == 2 and done.events_position == 2
+    for offset in read.values():  # what this release writes for them reads back the same
+        assert offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset)))) == offset
+
+
+def test_a_v1_bucket_whose_snapshot_is_unread_stays_pending():
+    data = {"v": 1, "source_id": "x", "positions": {"t": {"0": 50}}, "backlog": {"t": {"0": 50}},
+            "snapshot": {"root": "/s", "id": "i", "pending": {"t": {"0": ["f.parquet"]}}}}
+    offset = offset_codec.decode(data)
+    assert offset.backlog == {Bucket("t", 0): 50} and offset.finishing == {}
+
+
+def test_reported_offsets_of_other_sources_are_not_ours():
+    assert parse_reported('{"orders": {"0": 5}}') is None  # Spark's Kafka source
+    assert parse_reported("") is None and parse_reported("not json") is None
+    assert parse_reported(json.dumps(offset_codec.encode(sample()))) == sample()
+    with pytest.raises(OffsetFormatError, match="offset version 9 is not understood"):
+        parse_reported({"v": 9, "source_id": "x", "positions": {}})
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ({"v": 3, "source_id": "x", "positions": {}}, "offset version 3 is not understood; this release reads version(s) 1, 2"),
+        ({"orders": {"0": 5}}, "offset version None is not understood"),
+        ([1, 2], "must be a JSON object"),
+        ({"v": 1, "positions": {}}, "'source_id' must be a non-empty string"),
+        ({"v": 1, "source_id": "x", "positions": {"t": {"0": "5"}}}, "value for t-0 must be an integer"),
+        ({"v": 1, "source_id": "x", "positions": {"t": [5]}}, "topic 't' must map partitions to offsets"),
+        ({"v": 1, "source_id": "x", "positions": {}, "events_position": -1}, "'events_position' must be an integer >= 0"),
+    ],
+)
+def test_malformed_offsets_are_rejected_with_a_reason(data, fragment):
+    with pytest.raises(OffsetFormatError) as raised:
+        offset_codec.decode(data)
+    assert fragment in str(raised.value)
+
+
+def test_nested_helpers_are_inverse():
+    values = {Bucket("a", 2): 7, Bucket("a", 10): 1}
+    assert from_nested(to_nested(values), "x") == values

@@ -1,0 +1,186 @@
+"""The control topic without a broker: what ControlTopicReader reads, that it never keeps a
+consumer, how it gives up; and ControlTopic's checks (created once, re-established when
+deleted or re-created). Consumers and the admin client are scripted fakes; the clock too."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaError, KafkaException
+
+from backlog_source.core.kafka_config import KafkaClientConfig
+from backlog_source.core.settings import parse_options
+from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
+from tests.fakes import FakeClock, FakeConsumer, FakeOffsetsClient, Msg, RecordingControlReader, eof
+
+SECRET = "hunter2-secret"
+KAFKA = KafkaClientConfig(bootstrap_servers="h:1", secrets={"sasl.password": SECRET})
+TOPIC = "_backlog_events"
+
+
+def message(offset, value=None):
+    return Msg(offset, value=value or f"m{offset}".encode(), topic=TOPIC)
+
+
+def reader(consumer, clock=None, timeout_ms=1_000):
+    clock = clock or FakeClock()
+    if consumer.clock is None:
+        consumer.clock = clock
+    return ControlTopicReader(KAFKA, TOPIC, timeout_ms, consumer_factory=consumer, clock=clock)
+
+
+def test_reads_from_the_position_to_the_log_end_seen_when_asked_then_closes_its_consumer():
+    consumer = FakeConsumer([[message(3), message(4)], [message(5), message(6)], [message(7)]], watermarks=(0, 6))
+    read = reader(consumer).read_from(3)
+    # Offset 6 came in the same fetch as 5 and is kept (the consumer is past it); 7 is not asked for.
+    assert read.values == [b"m3", b"m4", b"m5", b"m6"] and read.next_position == 7
+    assert consumer.assigned == [[(TOPIC, 0, 3)]]
+    assert consumer.closed  # a consumer kept on a topic that is then deleted can crash the process
+    assert consumer.config["client.id"] == "backlog-source-events-reader" and consumer.config["enable.auto.commit"] is False
+
+
+def test_it_asks_for_no_more_messages_than_remain_so_it_returns_when_the_last_one_arrives():
+    # consume(n, wait) returns at n messages or at the end of its wait: asking for more than
+    # the log holds would wait out every call.
+    consumer = FakeConsumer([[message(3), message(4)], [message(5)]], watermarks=(0, 6))
+    read = reader(consumer).read_from(3)
+    assert read.next_position == 6
+    assert consumer.asked == [3, 1]
+
+
+def test_every_read_uses_its_own_consumer():
+    consumer = FakeConsumer([[message(0), message(1)], [message(2)]], watermarks=(0, 2))
+    control = reader(consumer)
+    assert control.read_from(0).next_position == 2
+    consumer.watermarks = (0, 3)
+    read = control.read_from(2)
+    assert read.values == [b"m2"] and read.next_position == 3
+    assert consumer.created == 2 and consumer.assigned == [[(TOPIC, 0, 0)], [(TOPIC, 0, 2)]]
+
+
+def test_nothing_new_is_answered_without_fetching():
+    consumer = FakeConsumer([], watermarks=(0, 5))
+    read = reader(consumer).read_from(5)
+    assert read.values == [] and read.next_position == 5 and consumer.assigned == [] and consumer.closed
+
+
+def test_a_position_past_the_log_end_reads_the_re_created_topic_from_its_start(caplog):
+    consumer = FakeConsumer([[message(0)]], watermarks=(0, 1))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(40)
+    assert read.values == [b"m0"] and read.next_position == 1
+    assert "re-created" in caplog.text
+
+
+def test_a_trimmed_topic_is_read_from_what_is_left():
+    consumer = FakeConsumer([[message(7)]], watermarks=(7, 8))
+    assert reader(consumer).read_from(2).values == [b"m7"]
+    assert consumer.assigned == [[(TOPIC, 0, 7)]]
+
+
+def test_end_of_partition_moves_the_position_and_errors_are_logged_redacted(caplog):
+    consumer = FakeConsumer([[Msg(0, error=KafkaError(KafkaError._TRANSPORT, f"pw {SECRET}"), topic=TOPIC)],
+                             [eof(2, topic=TOPIC)]], watermarks=(0, 2))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(0)
+    assert read.values == [] and read.next_position == 2
+    assert "reading the control topic" in caplog.text and SECRET not in caplog.text
+
+
+def test_gives_up_quietly_at_the_timeout_and_the_next_read_continues():
+    clock = FakeClock()
+    consumer = FakeConsumer([[message(0)]], watermarks=(0, 3), clock=clock)  # offsets 1, 2 never arrive
+    control = reader(consumer, clock, timeout_ms=1_000)
+    read = control.read_from(0)
+    assert read.values == [b"m0"] and read.next_position == 1
+    consumer.script = [[message(1), message(2)]]
+    assert control.read_from(1).values == [b"m1", b"m2"]
+
+
+def test_an_unanswered_watermark_request_returns_nothing_and_keeps_the_position(caplog):
+    consumer = FakeConsumer([], watermarks=KafkaException(KafkaError(KafkaError._TRANSPORT, f"auth {SECRET}")))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(4)
+    assert read.values == [] and read.next_position == 4 and consumer.closed
+    assert SECRET not in caplog.text and "***" in caplog.text
+
+
+def test_an_invalid_watermark_answer_is_no_answer_and_keeps_the_position(caplog):
+    """-1001 (OFFSET_INVALID, which librdkafka gives for some timed-out requests) read as a log
+    end would look like a re-created topic and make -1001 the next position."""
+    consumer = FakeConsumer([], watermarks=(-1001, -1001))
+    with caplog.at_level(logging.WARNING):
+        read = reader(consumer).read_from(4)
+    assert read.values == [] and read.next_position == 4 and consumer.assigned == []
+    assert "no valid offsets (answered -1001, -1001)" in caplog.text
+
+
+# -- the control topic as the enumerator sees it
+
+SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "_events"})
+
+
+def control_topic(**topics):
+    client = FakeOffsetsClient(topics={"a": [(0, 10)], **topics})
+    reader = RecordingControlReader([b"e0", b"e1"])
+    return ControlTopic(SETTINGS, client, reader), client, reader
+
+
+def test_open_creates_a_missing_topic_with_one_partition_and_starts_at_its_end():
+    control, client, _ = control_topic()
+    assert control.open() == 0
+    assert client.created == ["_events"] and client.topics["_events"] == [(0, 0)]
+
+
+def test_open_keeps_an_existing_topic_and_skips_what_was_written_before():
+    control, client, _ = control_topic(_events=[(0, 7)])
+    assert control.open() == 7 and client.created == []
+
+
+def test_read_checks_the_topic_then_reads_from_the_position():
+    control, _, reader = control_topic(_events=[(0, 2)])
+    control.open()
+    assert control.read_from(1).values == [b"e1"]
+    assert reader.reads == [1]
+
+
+def test_a_deleted_topic_is_re_created_and_yields_nothing(caplog):
+    control, client, reader = control_topic(_events=[(0, 2)])
+    control.open()
+    client.delete("_events")
+    with caplog.at_level(logging.WARNING):
+        read = control.read_from(2)
+    assert read.values == [] and read.next_position == 0
+    assert "_events" in client.topics and reader.reads == []
+    assert "backlog.eventsTopic" in caplog.text and "deleted" in caplog.text
+
+
+def test_the_log_end_of_a_deleted_topic_re_creates_it():
+    """The batch that carries a bucket to its boundary asks the log end before any read."""
+    control, client, reader = control_topic(_events=[(0, 2)])
+    control.open()
+    client.delete("_events")
+    assert control.log_end() == 0
+    assert client.topics["_events"] == [(0, 0)]
+
+
+def test_a_re_created_topic_is_read_from_its_start(caplog):
+    control, client, reader = control_topic(_events=[(0, 2)])
+    control.open()
+    client.topic_ids["_events"] = "another-id"
+    with caplog.at_level(logging.WARNING):
+        control.read_from(2)
+    assert reader.reads == [0] and "re-created" in caplog.text
+    control.read_from(1)  # the new identity is the one checked from now on
+    assert reader.reads == [0, 1]
+
+
+def test_a_topic_with_several_partitions_is_used_but_warned_about(caplog):
+    control, _, reader = control_topic(_events=[(0, 2), (0, 0)])
+    with caplog.at_level(logging.WARNING):
+        control.open()
+    assert "partition 0 only" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        control.read_from(0)
+    assert reader.reads == [0] and "partition 0 only" not in caplog.text  # said once, not at every read

@@ -1,0 +1,61 @@
+"""The splits of a batch, planned from what its (start, end) offsets read: SourceOffset.reads_since() and
+plan_splits()."""
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.settings import parse_options
+from backlog_source.core.tracing.context import SpanContextIds
+from backlog_source.enumerator.state import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
+from backlog_source.split.batch_splits import plan_splits
+from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
+
+A0, A1 = Bucket("a", 0), Bucket("a", 1)
+SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxRecordsPerPartition": "50"})
+DEFAULTS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
+
+
+def test_splits_take_source_id_boundaries_and_trace_from_end():
+    # Spark re-calls initialOffset for a query's first batch, so `start` may carry another
+    # source id; `end` always comes from the offset log.
+    start = SourceOffset("fresh-id", {A0: 0, A1: 0}, backlog={A0: 80, A1: 60})
+    trace = PhaseTrace(SpanContextIds(7, 8), 1000, buckets={A0: OpenBucket(0, 80, 1000)})
+    end = SourceOffset("logged-id", {A0: 100, A1: 40}, backlog={A0: 80}, trace=trace)
+    splits = plan_splits(end.reads_since(start), SETTINGS)
+    assert {s.source_id for s in splits} == {"logged-id"}
+    ranges = sorted((r for s in splits for r in s.ranges), key=lambda r: (r.partition, r.start))
+    # Ranges of a bucket in backlog carry its bucket span's context; others none.
+    bucket_span = trace.bucket_ids(A0, 80).traceparent
+    assert [r.traceparent for r in ranges] == [bucket_span, bucket_span, None]
+    assert [(r.partition, r.start, r.end, r.boundary) for r in ranges] == [
+        (0, 0, 50, 80), (0, 50, 100, 80), (1, 0, 40, None),  # a-1 finished: no boundary
+    ]
+    assert [r.crosses_boundary for r in ranges] == [False, True, False]
+    # maxRecordsPerPartition=50 bounds a task too: every task holds at most 50 records.
+    assert all(s.records <= 50 for s in splits)
+
+
+def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
+    buckets = [Bucket("a", p) for p in range(1024)]
+    start = SourceOffset("x", {b: 0 for b in buckets})
+    small = SourceOffset("x", {b: 1 + p % 2 for p, b in enumerate(buckets)})  # ~1,500 records over 1,024 partitions
+    splits = plan_splits(small.reads_since(start), DEFAULTS)
+    assert len(splits) == 1 and splits[0].records == 1536
+    large = SourceOffset("x", {b: (100_000 if p < 4 else 10) for p, b in enumerate(buckets)})
+    splits = plan_splits(large.reads_since(start), DEFAULTS)
+    assert sorted(s.records for s in splits)[-4:] == [100_000] * 4 and len(splits) == 5
+    minimum = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "minPartitions": "8"})
+    assert len(plan_splits(small.reads_since(start), minimum)) == 8
+
+
+def test_a_batch_that_clears_a_pending_snapshot_reads_it_and_a_replay_plans_the_same():
+    snapshot = SnapshotState("/snap", "s", {A0: ("f0.parquet",), A1: ("f1.parquet",)})
+    start = SourceOffset("id", {A0: 100, A1: 50}, backlog={A0: 120, A1: 50}, snapshot=snapshot)
+    end = SourceOffset("id", {A0: 120, A1: 50}, backlog={A0: 120, A1: 50}, snapshot=SnapshotState("/snap", "s", {}))
+    splits = plan_splits(end.reads_since(start), DEFAULTS)
+    assert splits == plan_splits(end.reads_since(start), DEFAULTS)
+    assert [type(s) for s in splits] == [KafkaSplit, SnapshotSplit, SnapshotSplit]
+    snap0, snap1 = splits[1:]
+    assert (snap0.files, snap0.log_offset, snap0.finishes_backlog) == (("f0.parquet",), 100, False)
+    assert (snap1.files, snap1.log_offset, snap1.finishes_backlog) == (("f1.parquet",), 50, True)
+    # Later batches plan no snapshot splits.
+    later = SourceOffset("id", {A0: 130, A1: 50}, snapshot=SnapshotState("/snap", "s", {}))
+    assert all(isinstance(s, KafkaSplit) for s in plan_splits(later.reads_since(end), DEFAULTS))

@@ -1,0 +1,89 @@
+"""Planning arithmetic, checked against hand-worked examples of Spark's own formulas."""
+
+import random
+
+import pytest
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.split.kafka_split import KafkaRange
+from backlog_source.split.planning import plan_ranges, rate_limit
+
+A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
+
+
+def test_rate_limit_reads_everything_when_under_budget():
+    assert rate_limit({A: 0, B: 5}, {A: 10, B: 7}, 100) == {A: 10, B: 7}
+
+
+def test_rate_limit_is_sparks_proportional_floor():
+    """KafkaMicroBatchStream.rateLimit: floor(limit * lag / totalLag) per partition, so
+    three equal lags under a limit of 20 read 6 each: 18 records, not 20."""
+    assert rate_limit({A: 0, B: 0, C: 0}, {A: 10, B: 10, C: 10}, 20) == {A: 6, B: 6, C: 6}
+    end = rate_limit({A: 0, B: 0}, {A: 9000, B: 1000}, 1000)
+    assert end == {A: 900, B: 100}
+
+
+def test_rate_limit_never_starves_a_small_partition():
+    """Spark rounds a share below one record up to one ("don't completely starve small
+    topicpartitions"): 1,000,000 / 1,000,000 / 3 under a limit of 10 read 4, 4 and 1."""
+    assert rate_limit({A: 0, B: 0, C: 0}, {A: 1_000_000, B: 1_000_000, C: 3}, 10) == {A: 4, B: 4, C: 1}
+    # Even a limit smaller than the number of lagging partitions moves each of them.
+    assert rate_limit({A: 0, B: 0, C: 0}, {A: 50, B: 50, C: 50}, 2) == {A: 1, B: 1, C: 1}
+
+
+def test_rate_limit_randomised_invariants():
+    rng = random.Random(7)
+    for _ in range(500):
+        buckets = [Bucket("t", i) for i in range(rng.randint(1, 8))]
+        start = {b: rng.randint(0, 100) for b in buckets}
+        latest = {b: start[b] + rng.choice([0, 1, 2, rng.randint(0, 10_000)]) for b in buckets}
+        limit = rng.randint(1, 5_000)
+        end = rate_limit(start, latest, limit)
+        lagging = [b for b in buckets if latest[b] > start[b]]
+        read = sum(end[b] - start[b] for b in buckets)
+        assert all(start[b] <= end[b] <= latest[b] for b in buckets)
+        assert all(end[b] > start[b] for b in lagging)  # nobody starves
+        total_lag = sum(latest[b] - start[b] for b in buckets)
+        if total_lag <= limit:
+            assert read == total_lag
+        else:  # floors lose less than one record each; the minimum of one adds at most one each
+            assert limit - len(lagging) <= read <= limit + len(lagging)
+
+
+def test_plan_ranges_skips_empty_and_unknown_buckets():
+    ranges = plan_ranges({A: 0, B: 5}, {A: 10, B: 5, C: 3})
+    assert ranges == [KafkaRange.of(A, 0, 10)]
+
+
+def test_max_records_per_partition_cuts_big_ranges_like_spark():
+    """getDividedPartition: ceil(25 / 10) = 3 pieces; integer division gives 8, 8, 9."""
+    ranges = plan_ranges({A: 0, B: 0}, {A: 25, B: 5}, max_records_per_partition=10)
+    assert [(r.bucket, r.start, r.end) for r in ranges] == [(A, 0, 8), (A, 8, 16), (A, 16, 25), (B, 0, 5)]
+
+
+def test_min_partitions_leaves_small_ranges_whole_and_splits_large_ones():
+    """SPARK-36576 (KafkaOffsetRangeCalculator.getRanges): sizes 1, 1 and 10,000 with
+    minPartitions=6 give the two small ranges whole and four ranges of 2,500."""
+    ranges = plan_ranges({A: 0, B: 0, C: 0}, {A: 1, B: 1, C: 10_000}, min_partitions=6)
+    assert [(r.bucket, r.size) for r in ranges] == [(A, 1), (B, 1), (C, 2500), (C, 2500), (C, 2500), (C, 2500)]
+
+
+def test_min_partitions_rounds_half_up_like_scala():
+    # 10 / 20 * 3 = 1.5 rounds to 2 in Scala (Python's round() would give 2 too, but 2.5 -> 2).
+    ranges = plan_ranges({A: 0, B: 0}, {A: 10, B: 10}, min_partitions=5)  # 2.5 each: Scala rounds to 3
+    assert sum(1 for r in ranges if r.bucket == A) == 3 and sum(1 for r in ranges if r.bucket == B) == 3
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ranges_cover_the_batch_exactly_once(seed):
+    rng = random.Random(seed)
+    buckets = [Bucket("t", i) for i in range(rng.randint(1, 6))]
+    start = {b: rng.randint(0, 50) for b in buckets}
+    end = {b: start[b] + rng.randint(0, 1000) for b in buckets}
+    ranges = plan_ranges(
+        start, end, min_partitions=rng.choice([None, 1, 7, 40]), max_records_per_partition=rng.choice([None, 1, 33, 500])
+    )
+    for bucket in buckets:
+        pieces = sorted((r.start, r.end) for r in ranges if r.bucket == bucket)
+        covered = [o for s, e in pieces for o in range(s, e)]
+        assert covered == list(range(start[bucket], end[bucket]))
