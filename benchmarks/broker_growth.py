@@ -27,12 +27,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from backlog_source.demo.embedded_broker import create_topic, start_broker
-from benchmarks.harness import (
-    fmt,
-    log_end_offsets,
-    machine,
-    write_results,
-)
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.stats import fmt
+from benchmarks.harness.traffic import log_end_offsets
 
 PARTITIONS = 8
 TAIL = 5  # records read per partition by each timed fetch

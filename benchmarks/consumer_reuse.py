@@ -37,12 +37,8 @@ from backlog_source.demo.embedded_broker import create_topic
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
-from benchmarks.harness import (
-    machine,
-    median_and_spread,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.stats import median_and_spread, with_spread
 
 VARIANTS = ("fresh", "pooled", "pooled_fetch_wait_10ms")
 

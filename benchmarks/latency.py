@@ -38,25 +38,19 @@ from confluent_kafka.admin import AdminClient
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 from backlog_source.core.step_timings import VARIABLE
-from backlog_source.demo.embedded_broker import create_topic, produce
 from backlog_source.split.planning import TASK_RECORDS, pack_tasks, plan_ranges
-from benchmarks.harness import (
-    ProgressLog,
+from benchmarks.harness.broker_and_spark import spark_session, warm_up
+from benchmarks.harness.progress import ProgressLog, offset_of
+from benchmarks.harness.record_latency import timed_latencies, windows
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import wait_until
+from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
+from benchmarks.harness.traffic import (
     create_live_topic,
-    fmt,
+    delivered_ends,
     log_end_offsets,
-    machine,
-    median_and_spread,
-    offset_of,
-    percentile,
     produce_and_catch_up,
-    spark_session,
     start_producer,
-    timed_latencies,
-    wait_until,
-    windows,
-    with_spread,
-    write_results,
 )
 from tests.support.kafka_proxy import counting_broker
 
@@ -131,9 +125,7 @@ def run_bare(broker, args) -> dict:
     final: dict[int, int] | None = None  # where the live traffic ended, once the producer said
     while final is None or any(positions[p] < end for p, end in final.items()):
         if final is None and not out.empty():
-            final = {}
-            for partition, offset, _ in out.get():
-                final[partition] = max(final.get(partition, 0), offset + 1)
+            final = delivered_ends(out.get())
         started = time.time()
         ends = log_end_offsets(admin, topic, 8)
         listed = time.time()
@@ -228,16 +220,6 @@ def run_wide(spark, log: ProgressLog, broker, args) -> dict:
     }
 
 
-def warm_up(spark, bootstrap: str) -> None:
-    topic = f"latency-warm-up-{int(time.time())}"
-    create_topic(bootstrap, topic, 8)
-    produce(bootstrap, topic, ((i % 8, None, b"w" * 100) for i in range(50_000)))
-    with tempfile.TemporaryDirectory() as checkpoint:
-        (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-         .option("startingOffsets", "earliest").load().writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start().awaitTermination())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
@@ -254,7 +236,7 @@ def main() -> None:
         spark = spark_session()
         log = ProgressLog()
         spark.streams.addListener(log.listener)
-        warm_up(spark, broker.bootstrap_servers)
+        warm_up(spark, broker.bootstrap_servers, records=50_000)
         triggers = [t.strip() for t in args.triggers.split(",")]
         runs: dict[str, list[dict]] = {t: [] for t in triggers}
         bare_runs: list[dict] = []

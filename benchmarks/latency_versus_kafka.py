@@ -51,25 +51,13 @@ import time
 
 from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
-    ProgressLog,
-    create_live_topic,
-    fmt,
-    machine,
-    median_and_spread,
-    percentile,
-    produce_and_catch_up,
-    rotated,
-    spark_session,
-    start_producer,
-    step_medians,
-    step_table,
-    timed_latencies,
-    wait_until,
-    warm_up,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import spark_session, warm_up
+from benchmarks.harness.progress import ProgressLog, step_medians, step_table
+from benchmarks.harness.record_latency import timed_latencies
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import rotated, wait_until
+from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
+from benchmarks.harness.traffic import await_deliveries, create_live_topic, produce_and_catch_up, start_producer
 from tests.support.kafka_proxy import counting_broker
 
 IDLE_SECONDS = 10.0
@@ -174,8 +162,7 @@ def run_real_time(spark, bootstrap: str, args) -> dict:
             wait_until(reading, 120, "the real-time query did not start reading")
             out.clear()
             producer, done = start_producer(bootstrap, source_topic, args.partitions, args.rate, args.seconds)
-            delivered = done.get(timeout=args.seconds + 120)
-            producer.join(30)
+            delivered = await_deliveries(producer, done, args.seconds + 120)
             deadline = time.time() + args.catch_up_seconds
             while len(out) < len(delivered) and time.time() < deadline:
                 read_output(1.0)

@@ -28,7 +28,7 @@ Measured from Spark's progress events (a listener keeps all of them): drain time
 that starts the query -> the batch that reaches the backlog's end offsets committed), the
 same from the query's first trigger (without PySpark's start-up, which varies by up to
 ~0.9 s between runs of the same configuration and so decides close drain ratios), live
-latency p50/p99 (appended to Kafka -> batch committed, see ``harness.py``), batches, the
+latency p50/p99 (appended to Kafka -> batch committed, see ``harness/record_latency.py``), batches, the
 time from the start call returning to the first trigger, for the burst the time from its
 first record to the batch that read its last one, and per switch: the decision's lag behind
 the batch that asked for it, the switch's own cost (``Transition.apply_seconds``: the field
@@ -58,27 +58,13 @@ import time
 from dataclasses import asdict
 
 from backlog_source.demo.embedded_broker import produce
-from benchmarks.harness import (
-    ProgressLog,
-    batch_ends,
-    commit_time_reaching,
-    create_live_topic,
-    first_trigger_at,
-    kafka_and_spark,
-    log_end_offsets,
-    machine,
-    median_and_spread,
-    percentile,
-    record_latencies,
-    results_folder,
-    rotated,
-    save_batch_timelines,
-    start_producer,
-    timestamp_s,
-    wait_until,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.progress import ProgressLog, commit_time_reaching, drain_batches, first_trigger_at, timestamp_s
+from benchmarks.harness.record_latency import record_latencies
+from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
+from benchmarks.harness.runs import rotated, wait_for_commit
+from benchmarks.harness.stats import median_and_spread, percentile, with_spread
+from benchmarks.harness.traffic import await_deliveries, create_live_topic, delivered_ends, log_ends, start_producer
 
 PARTITIONS = 8
 BACKLOG_LIMIT = {"backlog.maxOffsetsPerTrigger": "5000000", "maxOffsetsPerTrigger": "50000"}
@@ -99,12 +85,6 @@ SCENARIOS = ("steady", "burst")
 # ------------------------------------------------------------------------ one run
 
 
-def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    return log_end_offsets(AdminClient({"bootstrap.servers": bootstrap}), topic, PARTITIONS)
-
-
 def burst(bootstrap: str, topic: str, records: int) -> None:
     """``records`` records as fast as the producer goes (run in its own process)."""
     produce(bootstrap, topic, ((i % PARTITIONS, None, b"u" * 100) for i in range(records)))
@@ -117,7 +97,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
     topic = f"bench-mode-{scenario}-{name}-{time.time_ns()}"
     create_live_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, ((i % PARTITIONS, None, b"b" * 100) for i in range(args.backlog)))
-    backlog_ends = log_ends(bootstrap, topic)
+    backlog_ends = log_ends(bootstrap, topic, PARTITIONS)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
                **config["options"]}
     if scenario == "burst":
@@ -137,8 +117,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
             query_id = query.id
         returned = time.time()
         try:
-            wait_until(lambda: commit_time_reaching(log.of(query_id), topic, backlog_ends) is not None, 900,
-                       f"{name}: the backlog was not drained")
+            wait_for_commit(log, query_id, topic, backlog_ends, 900, f"{name}: the backlog was not drained")
             producer, out = start_producer(bootstrap, topic, PARTITIONS, args.rate, args.live_seconds)
             if scenario == "burst":
                 time.sleep(args.live_seconds / 2)  # the burst lands half-way through the live traffic
@@ -146,14 +125,9 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
                 process = mp.Process(target=burst, args=(bootstrap, topic, args.burst), daemon=True)
                 process.start()
                 process.join(300)
-                burst_ends = log_ends(bootstrap, topic)
-            delivered = out.get(timeout=args.live_seconds + 300)
-            producer.join(30)
-            live_ends: dict[int, int] = {}
-            for partition, offset, _ in delivered:
-                live_ends[partition] = max(live_ends.get(partition, 0), offset + 1)
-            wait_until(lambda: commit_time_reaching(log.of(query_id), topic, live_ends) is not None, 300,
-                       f"{name}: the live traffic was not read")
+                burst_ends = log_ends(bootstrap, topic, PARTITIONS)
+            delivered = await_deliveries(producer, out, args.live_seconds + 300)
+            wait_for_commit(log, query_id, topic, delivered_ends(delivered), 300, f"{name}: the live traffic was not read")
         finally:
             if handle is not None:
                 handle.stop()
@@ -173,11 +147,8 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, scenario: str, args)
         "live_records_measured": len(latencies),
         "latency_p50_s": percentile(latencies, 0.50),
         "latency_p99_s": percentile(latencies, 0.99),
-        "batches_to_drain": sum(1 for b in batch_ends(progress) if b["committed"] <= drained_at),
-        "batches_after": sum(1 for b in batch_ends(progress) if b["committed"] > drained_at),
-        "batch_timeline": [{"start": timestamp_s(p["timestamp"]) - called,
-                            "seconds": p["durationMs"]["triggerExecution"] / 1000,
-                            "records": p["numInputRows"]} for p in progress],
+        **drain_batches(progress, drained_at),
+        "batch_timeline": batch_timeline(progress, called),
     }
     if burst_ends is not None:
         result["burst_s"] = commit_time_reaching(progress, topic, burst_ends) - burst_started
@@ -308,14 +279,8 @@ def report(results: dict, args) -> None:
     for name, s in summaries.get("steady", {}).items():
         lines.append(f"| {name} | {with_spread(s['start_call_s'], '.3f')} | {with_spread(s['returned_to_first_trigger_s'], '.3f')} |")
     write_results("mode_switch", args.results_name, summary, lines)
-    plot(results, args.results_name)
-
-
-def plot(results: dict, results_name: str) -> None:
-    """Records per batch over time for the first run of every configuration, per scenario."""
-    save_batch_timelines({scenario: {name: runs[0] for name, runs in by_name.items()}
-                          for scenario, by_name in results.items()},
-                         results_folder("mode_switch") / f"{results_name}.png")
+    # Records per batch over time for the first run of every configuration, per scenario.
+    save_batch_timelines("mode_switch", args.results_name, results)
 
 
 def main() -> None:

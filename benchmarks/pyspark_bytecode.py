@@ -41,17 +41,9 @@ import tempfile
 import time
 import zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
-from benchmarks.harness import (
-    RUNNER_MODULE,
-    fmt,
-    installed_spark_home,
-    machine,
-    median_and_spread,
-    results_folder,
-    spark_worker_path,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.pyspark_layout import RUNNER_MODULE, installed_spark_home, spark_worker_path
+from benchmarks.harness.results import machine, results_folder, write_results
+from benchmarks.harness.stats import fmt, median_and_spread, with_spread
 from pathlib import Path
 
 

@@ -34,19 +34,12 @@ import sys
 from pathlib import Path
 
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
-    RUNNER_MODULE,
-    backlog_stream,
-    first_trigger_and_total_s,
-    installed_spark_home,
-    kafka_and_spark,
-    machine,
-    median_and_spread,
-    register_trivial_source,
-    spark_worker_path,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.pyspark_layout import RUNNER_MODULE, installed_spark_home, spark_worker_path
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import backlog_stream, first_trigger_and_total_s
+from benchmarks.harness.stats import median_and_spread, with_spread
+from benchmarks.harness.trivial_source import register_trivial_source
 
 KINDS = ("backlog", "trivial_python", "rate")
 _TIME_IMPORT = f"""

@@ -50,26 +50,20 @@ import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
+from benchmarks.harness.bare_consumers import run_bare
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.costs import (
     CpuAccount,
     MemorySampler,
-    first_trigger_and_total_s,
-    first_trigger_at,
-    kafka_and_spark,
-    machine,
-    median_and_spread,
     profile_python_workers,
-    register_trivial_source,
-    results_folder,
-    rotated,
-    run_available_now,
-    run_bare,
     stage_ids,
     summarize_profile,
     task_metrics_since,
-    with_spread,
-    write_results,
 )
+from benchmarks.harness.results import machine, results_folder, write_results
+from benchmarks.harness.runs import drain_figures, first_trigger_and_total_s, rotated, run_available_now
+from benchmarks.harness.stats import median_and_spread, with_spread
+from benchmarks.harness.trivial_source import register_trivial_source
 
 SOURCES = ("kafka", "backlog")
 READERS = (*SOURCES, "bare_1", "bare_per_core")
@@ -84,14 +78,7 @@ def read_with_spark(spark, source: str, bootstrap: str, topic: str, expected: in
     known = stage_ids(spark)
     with CpuAccount() as cpu, MemorySampler(spark) as memory:
         started, wall, query = run_available_now(df)
-    progress = [json.loads(p.json) for p in query.recentProgress]
-    records = sum(p["numInputRows"] for p in progress)
-    if records != expected:
-        raise RuntimeError(f"format({source!r}) read {records} records, expected {expected}")
-    from_first = wall - (first_trigger_at(progress) - started)
-    return {"records": records, "seconds": wall, "records_per_s": records / wall, "from_first_trigger_s": from_first,
-            "records_per_s_from_first_trigger": records / from_first, "batches": len(progress),
-            "add_batch_s": sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000,
+    return {**drain_figures(started, wall, query, expected, f"format({source!r})"),
             "cpu_s": cpu.seconds, "heap_peak_mib": memory.heap_peak_mib,
             # Idle Python workers of earlier queries stay until Spark reaps them: what this run added.
             "python_rss_growth_mib": memory.python_peak_mib - memory.python_start_mib,

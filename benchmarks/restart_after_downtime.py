@@ -24,7 +24,7 @@ count with the RocksDB state store appended to Parquet, where every batch costs 
 
 Figures per run: drain (the start call -> the batch that reaches the log end of the restart
 moment committed), live latency p50/p99 of the records produced after the drain (appended to Kafka ->
-batch committed, ``harness.py``), the largest batch (records, seconds), and peak
+batch committed, ``harness/record_latency.py``), the largest batch (records, seconds), and peak
 memory sampled every 0.5 s: the JVM's heap in use (driver and executor are one JVM in
 ``local[*]``) and the resident memory of its Python processes (workers and the streaming
 source's driver-side runner). One warm-up query per source first; ``--runs`` rounds in
@@ -53,30 +53,14 @@ import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
-    MemorySampler,
-    ProgressLog,
-    batch_ends,
-    commit_time_reaching,
-    create_live_topic,
-    fmt,
-    kafka_and_spark,
-    log_end_offsets,
-    machine,
-    median_and_spread,
-    percentile,
-    results_folder,
-    rotated,
-    save_batch_timelines,
-    start_producer,
-    step_table,
-    timed_latencies,
-    timestamp_s,
-    wait_until,
-    windows,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.costs import MemorySampler
+from benchmarks.harness.progress import ProgressLog, commit_time_reaching, drain_batches, step_table, timestamp_s
+from benchmarks.harness.record_latency import timed_latencies
+from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
+from benchmarks.harness.runs import rotated, wait_for_commit
+from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
+from benchmarks.harness.traffic import await_deliveries, create_live_topic, delivered_ends, log_ends, start_producer
 
 PARTITIONS = 8
 HISTORY = 1_000
@@ -110,12 +94,6 @@ def writer_of(df, query: str, checkpoint: str, output: str):
     return writer.format("noop")
 
 
-def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    return log_end_offsets(AdminClient({"bootstrap.servers": bootstrap}), topic, PARTITIONS)
-
-
 def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
     from backlog_source import start_backlog_aware
 
@@ -133,7 +111,7 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
             raise RuntimeError(f"{name}: the earlier run failed: {first.exception()}")
         # Downtime: the backlog builds up.
         produce(bootstrap, topic, ((i % PARTITIONS, b"k%d" % (i % 1000), b"b" * 100) for i in range(args.backlog)))
-        backlog_ends = log_ends(bootstrap, topic)
+        backlog_ends = log_ends(bootstrap, topic, PARTITIONS)
 
         writer = writer_of(source_frame(spark, config, bootstrap, topic, args.query), args.query, checkpoint, output)
         handle = query = None
@@ -147,15 +125,10 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
                 query = writer.trigger(processingTime=config["trigger"]).start()
                 query_id = query.id
             try:
-                wait_until(lambda: commit_time_reaching(log.of(query_id), topic, backlog_ends) is not None, 900,
-                           f"{name}: the backlog was not drained")
-                delivered = out.get(timeout=args.live_seconds + 300)
-                producer.join(30)
-                live_ends: dict[int, int] = {}
-                for partition, offset, _ in delivered:
-                    live_ends[partition] = max(live_ends.get(partition, 0), offset + 1)
-                wait_until(lambda: commit_time_reaching(log.of(query_id), topic, live_ends) is not None, 300,
-                           f"{name}: the live traffic was not read")
+                wait_for_commit(log, query_id, topic, backlog_ends, 900, f"{name}: the backlog was not drained")
+                delivered = await_deliveries(producer, out, args.live_seconds + 300)
+                wait_for_commit(log, query_id, topic, delivered_ends(delivered), 300,
+                                f"{name}: the live traffic was not read")
             finally:
                 running = handle.query if handle is not None else query
                 failure = running.exception() if running is not None and not running.isActive else None
@@ -183,14 +156,11 @@ def run(spark, log: ProgressLog, bootstrap: str, name: str, args) -> dict:
         # The query id is the checkpoint's, so the earlier run's progress is in the log too.
         "first_trigger_s": min(t for p in log.of(query_id) if (t := timestamp_s(p["timestamp"])) >= called) - called,
         "slowest_batch_s": slowest["durationMs"]["triggerExecution"] / 1000,
-        "batches_to_drain": sum(1 for b in batch_ends(progress) if b["committed"] <= drained_at),
-        "batches_after": sum(1 for b in batch_ends(progress) if b["committed"] > drained_at),
+        **drain_batches(progress, drained_at),
         "heap_peak_mib": memory.heap_peak_mib,
         "python_rss_peak_mib": memory.python_peak_mib,
         "python_rss_growth_mib": memory.python_peak_mib - memory.python_start_mib,
-        "batch_timeline": [{"start": timestamp_s(p["timestamp"]) - called,
-                            "seconds": p["durationMs"]["triggerExecution"] / 1000,
-                            "records": p["numInputRows"]} for p in progress],
+        "batch_timeline": batch_timeline(progress, called),
     }
     if not after_drain:
         # The drain outlasted the live traffic: no record arrived after it (a longer
@@ -303,13 +273,8 @@ def report(runs: dict[str, list[dict]], args, spark_version: str) -> None:
                   f"{', '.join(f'{fmt(r)}x' for r in c['per_round_p99_vs_best'])})",
                   f"- `format(\"kafka\")` configurations better on both: {', '.join(c['kafka_better_on_both']) or 'none'}"]
     write_results("restart_after_downtime", name, summary, lines)
-    plot(runs, name)
-
-
-def plot(runs: dict[str, list[dict]], name: str) -> None:
-    """Records per batch over time, first round of every configuration."""
-    save_batch_timelines({"": {config: results[0] for config, results in runs.items()}},
-                         results_folder("restart_after_downtime") / f"{name}.png")
+    # Records per batch over time, first round of every configuration.
+    save_batch_timelines("restart_after_downtime", name, {"": runs})
 
 
 def main() -> None:

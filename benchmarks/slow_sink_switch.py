@@ -42,15 +42,10 @@ import time
 from collections import Counter
 
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
-    kafka_and_spark,
-    machine,
-    median_and_spread,
-    rotated,
-    wait_until,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import rotated, wait_until
+from benchmarks.harness.stats import median_and_spread, with_spread
 
 PARTITIONS = 4
 METHODS = ("in-place", "restart")

@@ -25,15 +25,10 @@ import tempfile
 import time
 
 from backlog_source.demo.embedded_broker import create_topic, produce
-from benchmarks.harness import (
-    backlog_stream,
-    kafka_and_spark,
-    machine,
-    median_and_spread,
-    run_available_now,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import backlog_stream, run_available_now
+from benchmarks.harness.stats import median_and_spread, with_spread
 
 PARTITIONS = 8
 

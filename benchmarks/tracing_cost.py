@@ -27,15 +27,10 @@ import time
 from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.embedded_broker import create_topic, produce
 from backlog_source.demo.otlp_receiver import OtlpReceiver
-from benchmarks.harness import (
-    kafka_and_spark,
-    machine,
-    median_and_spread,
-    rotated,
-    run_source,
-    with_spread,
-    write_results,
-)
+from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import rotated, run_source
+from benchmarks.harness.stats import median_and_spread, with_spread
 
 SETTINGS = ("off", "on")
 

@@ -1,5 +1,6 @@
-"""The benchmarks are one package with one harness: each runs as ``python -m benchmarks.<name>``
-and has a make target; no benchmark edits ``sys.path`` or imports another."""
+"""The benchmarks are one package with one harness (``benchmarks/harness/``, a module a
+concern): each benchmark runs as ``python -m benchmarks.<name>`` and has a make target; no
+benchmark edits ``sys.path`` or imports another."""
 
 import re
 import subprocess
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("__init__", "harness"))
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
+HARNESS = sorted(p.stem for p in (ROOT / "benchmarks" / "harness").glob("*.py") if p.stem != "__init__")
 
 
 def test_every_benchmark_has_a_make_target():
@@ -29,8 +31,12 @@ def test_a_benchmark_imports_only_the_harness_and_answers_help(name):
     assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-2000:]
 
 
+def test_no_harness_module_is_named_like_a_benchmark():
+    assert HARNESS and not set(HARNESS) & set(BENCHMARKS)
+
+
 def test_step_medians_and_table_read_sparks_duration_fields():
-    from benchmarks.harness import BATCH_STEPS, step_medians, step_table
+    from benchmarks.harness.progress import BATCH_STEPS, step_medians, step_table
 
     progress = [{"durationMs": {"latestOffset": ms, "addBatch": 10 * ms, "triggerExecution": 20 * ms}} for ms in (1, 3, 2)]
     medians = step_medians(progress)
@@ -40,3 +46,27 @@ def test_step_medians_and_table_read_sparks_duration_fields():
     assert lines[2] == "| a | 2 | n/a | n/a | n/a | 20 | n/a | 40 |"
     assert lines[3] == "| b | " + " | ".join(["n/a"] * len(BATCH_STEPS)) + " |"
 
+
+def test_delivered_ends_are_the_offset_after_each_partitions_last_record():
+    from benchmarks.harness.traffic import delivered_ends
+
+    assert delivered_ends([(0, 4, 1), (1, 0, 1), (0, 9, 2), (0, 7, 3)]) == {0: 10, 1: 1}
+    assert delivered_ends([]) == {}
+
+
+def test_drain_batches_and_batch_timeline_read_progress_events():
+    from benchmarks.harness.progress import drain_batches, timestamp_s
+    from benchmarks.harness.results import batch_timeline
+
+    def event(batch_id, second, ms, rows):
+        return {"batchId": batch_id, "timestamp": f"2024-01-01T00:00:{second:02d}.000Z", "numInputRows": rows,
+                "durationMs": {"triggerExecution": ms}, "sources": [{"endOffset": {"positions": {"t": {"0": batch_id}}}}]}
+
+    progress = [event(0, 0, 1000, 5), event(1, 2, 500, 3), event(2, 4, 250, 0), event(3, 5, 2000, 1)]
+    start = timestamp_s(progress[0]["timestamp"])
+    # Batch 1 committed at start + 2.5 s; batch 2 read nothing, so it is no batch with data.
+    assert drain_batches(progress, start + 2.5) == {"batches_to_drain": 2, "batches_after": 1}
+    assert batch_timeline(progress, start) == [{"start": 0.0, "seconds": 1.0, "records": 5},
+                                               {"start": 2.0, "seconds": 0.5, "records": 3},
+                                               {"start": 4.0, "seconds": 0.25, "records": 0},
+                                               {"start": 5.0, "seconds": 2.0, "records": 1}]

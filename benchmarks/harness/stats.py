@@ -1,0 +1,31 @@
+"""Figures from several runs: percentiles, the median with its spread, and their formatting."""
+
+from __future__ import annotations
+
+import statistics
+
+# Re-exported: the benchmarks' percentile is the demo report's (nearest rank, None when empty).
+from backlog_source.demo.report import percentile
+
+__all__ = ["fmt", "median_and_spread", "percentile", "with_spread"]
+
+
+def median_and_spread(values: list[float]) -> dict[str, float | None]:
+    """The median of several runs and their spread (min, max), never the best alone."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def fmt(value, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def with_spread(figure: dict, spec: str = ".2f") -> str:
+    """A :func:`median_and_spread` figure as ``median (min-max)``, or the median alone when
+    every run gave the same value; ``n/a`` when there was none."""
+    if figure["median"] is None:
+        return "n/a"
+    if figure["min"] == figure["max"]:
+        return format(figure["median"], spec)
+    return f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-{format(figure['max'], spec)})"
