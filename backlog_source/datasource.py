@@ -24,6 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
@@ -152,6 +153,8 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(max(budget.caps))
         if budget.min_records is not None:
             return ReadMinRows(budget.min_records)
+        if budget.backlog_max_bytes is not None:
+            return ReadMaxBytes(budget.backlog_max_bytes)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -163,11 +166,15 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _budget(self, limit: ReadLimit) -> ReadBudget:
         """The batch budget for Spark's ``limit``.
 
-        Our default limit means: ``backlog.maxOffsetsPerTrigger`` while processing backlog
-        (when set; the enumerator applies it once it knows this batch's backlog state),
-        else ``maxOffsetsPerTrigger`` (or everything), with ``minOffsetsPerTrigger`` applied
-        too. Any other limit Spark passes (ReadAllAvailable for ``Trigger.Once``, say) is
-        honoured as given.
+        Our default limit means: the source's own options decide (:meth:`ReadBudget.from_settings`):
+        ``backlog.maxOffsetsPerTrigger``, ``backlog.maxBytesPerTrigger`` and
+        ``backlog.targetBatchDuration`` while processing backlog (the enumerator applies them
+        once it knows this batch's backlog state), else ``maxOffsetsPerTrigger`` (or
+        everything), with ``minOffsetsPerTrigger`` applied too. Spark hands the default limit
+        back for processing-time triggers and ``Trigger.AvailableNow``; any other limit is
+        honoured as given: ``ReadAllAvailable``, which Spark passes for ``Trigger.Once``
+        (``MicroBatchExecution``: a one-time trigger reads everything), reads everything, as
+        Spark's Kafka source does there.
         """
         if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
             return ReadBudget.from_settings(self._driver_settings())

@@ -27,6 +27,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.byte_sizes import EXAMPLES as BYTE_EXAMPLES
+from backlog_source.core.byte_sizes import size_bytes
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
@@ -36,6 +38,10 @@ from backlog_source.core.text_enum import TextEnum
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
 LATEST = -1
 EARLIEST = -2
+#: ``backlog.maxBytesPerTrigger`` when not set: a catch-up batch the default driver (1 GiB
+#: heap) can still hand to a ``foreachBatch`` that collects it, and large enough that its
+#: fixed cost (a few hundred ms per batch) is a few percent of its read time.
+DEFAULT_BACKLOG_MAX_BYTES = 128 << 20
 
 
 class StartingPoint(TextEnum):
@@ -174,6 +180,20 @@ def _timestamp_strategy(raw: Any) -> str:
     return lowered
 
 
+def _byte_size(raw: Any) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        try:
+            value = size_bytes("it", raw)
+        except ConfigError:
+            raise ValueError(f"must be a size such as {BYTE_EXAMPLES} (binary units, a bare number is bytes), "
+                             f"got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"must be a positive size, got {raw!r}")
+    return value
+
+
 def _duration(raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
@@ -189,6 +209,7 @@ NonNegativeNumber = Annotated[int, BeforeValidator(_whole_number(0, "zero or a p
 Timestamp = Annotated[int, BeforeValidator(_whole_number(0, "a timestamp in ms since the epoch (>= 0)"))]
 Text = Annotated[str, BeforeValidator(_text)]
 DurationMs = Annotated[int, BeforeValidator(_duration)]
+ByteSize = Annotated[int, BeforeValidator(_byte_size)]
 
 
 @dataclass(frozen=True)
@@ -257,6 +278,14 @@ class SourceSettings(BaseModel):
     backlog_events_topic: Text = Field("_backlog_events", alias="backlog.eventsTopic")
     backlog_reenter_lag: PositiveNumber | None = Field(None, alias="backlog.reenterLag")
     backlog_max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="backlog.maxOffsetsPerTrigger")
+    #: While processing backlog, a batch reads about this many bytes of keys, values and
+    #: headers at most, planned per partition from the record sizes measured there
+    #: (enumerator/record_sizes.py). On by default: a job restarted after downtime must not
+    #: plan one batch of its whole backlog, which no record count bounds in bytes.
+    backlog_max_bytes_per_trigger: ByteSize | None = Field(DEFAULT_BACKLOG_MAX_BYTES, alias="backlog.maxBytesPerTrigger")
+    #: While processing backlog, size each batch so it takes about this long, from the
+    #: throughput the query achieved on its previous batches (sink included). Off by default.
+    backlog_target_batch_duration_ms: DurationMs | None = Field(None, alias="backlog.targetBatchDuration")
     #: Opt-in: while the source finds nothing new it asks Kafka again at most this often
     #: (Spark polls an idle source about every 10 ms with a "0 seconds" trigger). Off (0) by
     #: default, as in Spark's source, because an answer from the cache tells Spark "nothing

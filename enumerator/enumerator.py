@@ -15,14 +15,16 @@ as long as the run; anything that must survive a restart is in the offset dict
    backwards, under ``failOnDataLoss``.
 3. :meth:`_enter_backlog`: boundaries for new and reset buckets, for every lagging bucket
    when this is a restart on an existing checkpoint, and on re-entry.
-4. :meth:`_plan`: the target (latest, or AvailableNow's), the read limit of the backlog
-   state, the end positions, and which buckets this batch carries to their boundaries.
+4. :meth:`_plan`: the target (latest, or AvailableNow's), the read limits of the backlog
+   state (records; while processing backlog also bytes and time, :mod:`.catch_up`), the end
+   positions, and which buckets this batch carries to their boundaries.
 5. :meth:`_offset`: the next offset dict, or ``start`` when there is nothing to read.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -36,14 +38,16 @@ from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.core.tracing import exporter
 from backlog_source.enumerator.boundaries import record_boundaries, reentry_boundaries, restart_boundaries
+from backlog_source.enumerator.catch_up import UNMEASURED_BYTES_PER_OFFSET, catch_up_bytes, learn_rate
 from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedError
 from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
 from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
-from backlog_source.enumerator.state import BacklogState, Finish, FinishedBy, SourceOffset
+from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
+from backlog_source.enumerator.state import BacklogState, BatchPlan, BoundedBy, Finish, FinishedBy, SourceOffset
 from backlog_source.enumerator.subscription import Subscription
 from backlog_source.events.control_topic import ControlTopic
-from backlog_source.split.planning import ReadBudget, lag, rate_limit
+from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +78,12 @@ class View:
 
 @dataclass(frozen=True)
 class Plan:
-    """Step 4's result: the batch's end positions and the backlog state once it is read."""
+    """Step 4's result: the batch's end positions, the backlog state once it is read, and how
+    it was sized."""
 
     end: dict[Bucket, int]
     state: BacklogState
+    batch: BatchPlan
 
 
 class Enumerator:
@@ -91,7 +97,10 @@ class Enumerator:
         *,
         clock: Callable[[], float] = time.time,
         snapshot_loader: ManifestLoader = load_manifest,
+        record_sizes: RecordSizes | None = None,
     ) -> None:
+        """``clock``, ``snapshot_loader`` and ``record_sizes`` are replaced by unit tests only
+        (record sizes are measured with a consumer of the run's own, created on first use)."""
         if settings.backlog_enabled and control is None:
             raise ValueError("backlog tracking needs the control topic")
         self._settings = settings
@@ -111,6 +120,11 @@ class Enumerator:
         self._settled: tuple[SourceOffset, Settled] | None = None
         self._spans = PhaseSpans()
         self._quiet: tuple[SourceOffset, float] | None = None  # (start, until) after a plan found nothing
+        self._sizes = record_sizes if record_sizes is not None else KafkaRecordSizes(settings.kafka)
+        # The last batch planned with a measured size: (its end, when it was planned, its
+        # bytes); the next plan from that end learns the batch's throughput from it.
+        self._last_planned: tuple[SourceOffset, float, int] | None = None
+        self._learned: tuple[SourceOffset, float | None] | None = None  # the rate learnt at a start
 
     # ---------------------------------------------------------------- Spark hooks
 
@@ -161,6 +175,8 @@ class Enumerator:
         else:
             restart = False
         end = self._plan_next(start, budget, restart)
+        if end != start and end.plan is not None and end.plan.bytes:
+            self._last_planned = (end, self._clock(), end.plan.bytes)
         quiet_ms = self._settings.backlog_min_poll_interval_ms
         self._quiet = (start, self._clock() + quiet_ms / 1000) if quiet_ms and end == start else None
         return end
@@ -188,6 +204,7 @@ class Enumerator:
     def close(self) -> None:
         exporter.flush()
         self._client.close()
+        self._sizes.close()
 
     # ---------------------------------------------------------------- step 1: settle
 
@@ -365,19 +382,54 @@ class Enumerator:
             # Never past what existed when the run started (verified to still exist).
             target = {b: min(view.latest[b], self._available_now_target.get(b, view.read_from[b])) for b in view.read_from}
             target = {b: max(target[b], view.read_from[b]) for b in view.read_from}
-        end = self._apply_budget(view.read_from, target, budget.for_state(state.processing_backlog))
+        end, batch = self._apply_budget(start, view.read_from, target, budget.for_state(state.processing_backlog))
         # A batch reads every snapshot still pending at its start (see partitions()), so a
         # snapshot-only bucket reaches its boundary (its log offset) in the first batch.
-        return Plan(end, state.plan(end))
+        return Plan(end, state.plan(end), batch)
 
-    def _apply_budget(self, read_from: Mapping[Bucket, int], target: Mapping[Bucket, int], budget: ReadBudget) -> dict[Bucket, int]:
+    def _apply_budget(self, start: SourceOffset, read_from: Mapping[Bucket, int], target: Mapping[Bucket, int],
+                      budget: ReadBudget) -> tuple[dict[Bucket, int], BatchPlan]:
+        """The end positions within every bound that applies, and which one bounded them.
+        Records (Spark's allocation), then, while processing backlog, bytes and time: the
+        record sizes are measured where the batch starts, the throughput is what the query
+        achieved on its previous batches (:mod:`.catch_up`)."""
+        learned = self._learned_rate(start)
+        available = {b: max(read_from[b], target.get(b, read_from[b])) for b in read_from}
         if budget.min_records is not None and self._available_now_target is None and self._delay_batch(
             sum(lag(read_from, target).values()), budget.min_records
         ):
-            return dict(read_from)
+            return dict(read_from), BatchPlan(BoundedBy.AVAILABLE, bytes_per_s=learned)
+        end, bounded_by = available, BoundedBy.AVAILABLE
         if budget.max_records is not None:
-            return rate_limit(read_from, target, budget.max_records)
-        return {b: max(read_from[b], target.get(b, read_from[b])) for b in read_from}
+            end = rate_limit(read_from, target, budget.max_records)
+            bounded_by = BoundedBy.RECORDS if end != available else bounded_by
+        if not budget.bounds_catch_up:
+            return end, BatchPlan(bounded_by, bytes_per_s=learned)
+        lags = lag(read_from, end)
+        with step_timings.step("driver.record_sizes"):
+            sizes = self._sizes.bytes_per_offset(read_from, lags) if any(lags.values()) else {}
+        typical = statistics.median(sizes.values()) if sizes else UNMEASURED_BYTES_PER_OFFSET
+        previous = start.plan.bytes if start.plan is not None else None
+        bound, why = catch_up_bytes(budget.backlog_max_bytes, budget.backlog_target_ms, learned, previous)
+        if bound is not None:
+            by_bytes = byte_limit(read_from, end, bound, sizes, typical)
+            if by_bytes != end:
+                end, bounded_by = by_bytes, why
+        planned = int(sum((end[b] - read_from[b]) * sizes.get(b, typical) for b in end))
+        return end, BatchPlan(bounded_by, planned, bound, learned)
+
+    def _learned_rate(self, start: SourceOffset) -> float | None:
+        """The catch-up throughput learnt up to the batch that ended at ``start``: the
+        checkpointed figure, with that batch folded in when this run planned it (its
+        duration is the time from its plan to this one)."""
+        if self._learned is not None and self._learned[0] == start:
+            return self._learned[1]
+        learned = start.plan.bytes_per_s if start.plan is not None else None
+        if self._last_planned is not None and self._last_planned[0] == start:
+            _, planned_at, planned_bytes = self._last_planned
+            learned = learn_rate(learned, planned_bytes, self._clock() - planned_at)
+        self._learned = (start, learned)
+        return learned
 
     def _delay_batch(self, available: int, min_records: int) -> bool:
         """Spark's ``KafkaMicroBatchStream.delayBatch``: skip while fewer than ``min_records``
@@ -418,6 +470,7 @@ class Enumerator:
             # This batch reads every snapshot still pending (see partitions()).
             snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,
             topic_ids=view.topic_ids,
+            plan=plan.batch,
         )
 
     # ---------------------------------------------------------------- helpers

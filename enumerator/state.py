@@ -122,6 +122,33 @@ class SnapshotState:
     pending: dict[Bucket, tuple[str, ...]] = field(default_factory=dict)
 
 
+class BoundedBy(TextEnum):
+    """What bounded a batch's plan (the smallest bound wins)."""
+
+    AVAILABLE = "available"  # everything available: no bound applied
+    RECORDS = "records"  # maxOffsetsPerTrigger / backlog.maxOffsetsPerTrigger
+    BYTES = "bytes"  # backlog.maxBytesPerTrigger
+    TIME = "time"  # backlog.targetBatchDuration (or its start-small growth)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a batch was sized, kept with its offset (so a progress event shows it, and a
+    restart mid-backlog restores what was learnt).
+
+    ``bounded_by``: what bounded it. ``bytes``: the bytes of keys, values and headers it was
+    planned to read, from the record sizes measured where it starts (None when not measured:
+    no byte or time budget, or not processing backlog). ``budget_bytes``: the byte bound it
+    was planned under, if any. ``bytes_per_s``: the catch-up throughput learnt so far
+    (bytes per second of whole batches, sink included), which ``backlog.targetBatchDuration``
+    sizes batches from."""
+
+    bounded_by: BoundedBy
+    bytes: int | None = None
+    budget_bytes: int | None = None
+    bytes_per_s: float | None = None
+
+
 @dataclass(frozen=True)
 class SourceOffset:
     """One checkpointed offset of the source (the end of one micro-batch); immutable.
@@ -139,6 +166,7 @@ class SourceOffset:
     * ``topic_ids``: the id (KIP-516) of each topic read, as Kafka described it when this
       batch was planned: a topic whose id has changed since was deleted and re-created,
       whatever its offsets say. Empty in offsets written before release 0.3.0.
+    * ``plan``: how this batch was sized (:class:`BatchPlan`); None before release 0.3.0.
     """
 
     source_id: str
@@ -151,6 +179,7 @@ class SourceOffset:
     trace: PhaseTrace | None = None
     snapshot: SnapshotState | None = None
     topic_ids: dict[str, str] = field(default_factory=dict)
+    plan: BatchPlan | None = None
 
     @property
     def processing_backlog(self) -> bool:

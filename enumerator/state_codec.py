@@ -20,7 +20,9 @@ Shape, version 2 (the end of one micro-batch)::
      "trace": {"traceparent": "00-…-…-01", …},  # the backlog phase's trace (enumerator/phase_trace.py), or null
      "snapshot": {"root": "s3://…", "id": "…",   # snapshot.path: buckets whose snapshot is still to be read
                   "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}},  # or null
-     "topic_ids": {"orders": "dGhlIHRvcGljIGlk"}}  # each topic's id when planned (KIP-516)
+     "topic_ids": {"orders": "dGhlIHRvcGljIGlk"},  # each topic's id when planned (KIP-516)
+     "plan": {"bounded_by": "bytes", "bytes": 134217000,  # how the batch was sized
+              "budget_bytes": 134217728, "bytes_per_s": 41000000.0}}
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
 each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
@@ -28,15 +30,15 @@ position reaches it. Because Spark reports this dict as the ``endOffset`` of the
 has just committed, ``processing_backlog`` says whether backlog is left *after* that batch:
 the batch that reads the last backlog record already reports false, so the switch to low
 latency needs no extra batch. A stored example of every released version is read by
-``tests/unit/core/test_offset.py`` (``tests/fixtures/offsets/``).
+``tests/unit/enumerator/test_state_codec.py`` (``tests/fixtures/offsets/``).
 
 Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) had no
 ``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``
-was added to version 2 in release 0.3.0 as an optional field (an older release reading it
-ignores it, so a rollback still reads the checkpoint; read without it, it is empty and the
-ids are learnt at the next plan). Pure codecs;
-the transitions live in :mod:`backlog_source.enumerator.boundaries` and
-:mod:`backlog_source.enumerator.phase_trace`.
+and ``plan`` were added to version 2 in release 0.3.0 as optional fields: an older release
+reading them ignores them, so a rollback still reads the checkpoint; read without them, the
+ids are learnt at the next plan and catch-up sizing starts afresh. Pure codecs; the
+transitions live in :mod:`backlog_source.enumerator.state`,
+:mod:`backlog_source.enumerator.boundaries` and :mod:`backlog_source.enumerator.phase_trace`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import (
     COUNT_KINDS,
+    BatchPlan,
+    BoundedBy,
     EventCounts,
     OpenBucket,
     PhaseTrace,
@@ -90,6 +94,7 @@ def encode(offset: SourceOffset) -> dict[str, Any]:
         "trace": None if offset.trace is None else _trace_to_json(offset.trace),
         "snapshot": None if offset.snapshot is None else _snapshot_to_json(offset.snapshot),
         "topic_ids": dict(sorted(offset.topic_ids.items())),
+        "plan": None if offset.plan is None else _plan_to_json(offset.plan),
     })
 
 
@@ -118,6 +123,7 @@ def decode(data: Any) -> SourceOffset:
         trace=_trace_from_json(data.get("trace")),
         snapshot=_snapshot_from_json(data.get("snapshot")),
         topic_ids=_topic_ids_from_json(data.get("topic_ids")),
+        plan=_plan_from_json(data.get("plan")),
     )
 
 
@@ -142,6 +148,26 @@ def parse_reported(value: Any) -> SourceOffset | None:
 
 
 # -- the parts ---------------------------------------------------------------------------
+
+
+def _plan_to_json(plan: BatchPlan) -> dict[str, Any]:
+    return {"bounded_by": plan.bounded_by.value, "bytes": plan.bytes, "budget_bytes": plan.budget_bytes,
+            "bytes_per_s": plan.bytes_per_s}
+
+
+def _plan_from_json(data: Any) -> BatchPlan | None:
+    if data is None:
+        return None
+    try:
+        rate = data.get("bytes_per_s")
+        return BatchPlan(BoundedBy(data["bounded_by"]), _optional_int(data.get("bytes")),
+                         _optional_int(data.get("budget_bytes")), None if rate is None else float(rate))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise OffsetFormatError(f"offset field 'plan' is malformed: {exc!r}") from None
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _topic_ids_from_json(data: Any) -> dict[str, str]:

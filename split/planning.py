@@ -26,20 +26,26 @@ class ReadBudget:
     has passed since the last batch (the first batch of a run always runs, as in Spark).
     ``backlog_max_records``: replaces ``max_records`` while the source is processing backlog
     as of this batch (after discovery, restart and re-entry), so a batch that enters backlog
-    is already sized for it.
+    is already sized for it. ``backlog_max_bytes`` and ``backlog_target_ms`` bound a batch
+    while processing backlog too, in bytes and in time (``enumerator/catch_up.py``); where
+    several bounds apply, the smallest wins.
     """
 
     max_records: int | None = None
     min_records: int | None = None
     backlog_max_records: int | None = None
+    backlog_max_bytes: int | None = None
+    backlog_target_ms: int | None = None
 
     @classmethod
     def from_settings(cls, settings: SourceSettings) -> "ReadBudget":
         """The budget the source's own options set: ``maxOffsetsPerTrigger``,
-        ``minOffsetsPerTrigger`` and ``backlog.maxOffsetsPerTrigger``. The one place that
-        combines the read limits."""
+        ``minOffsetsPerTrigger``, ``backlog.maxOffsetsPerTrigger``,
+        ``backlog.maxBytesPerTrigger`` and ``backlog.targetBatchDuration``. The one place
+        that combines the read limits."""
         return cls(settings.max_offsets_per_trigger, settings.min_offsets_per_trigger,
-                   settings.backlog_max_offsets_per_trigger)
+                   settings.backlog_max_offsets_per_trigger, settings.backlog_max_bytes_per_trigger,
+                   settings.backlog_target_batch_duration_ms)
 
     @property
     def caps(self) -> list[int]:
@@ -51,10 +57,17 @@ class ReadBudget:
         """The most records one batch reads in either state (None: no limit in either)."""
         return min(self.caps) if self.caps else None
 
+    @property
+    def bounds_catch_up(self) -> bool:
+        """Whether a catch-up batch is bounded in bytes or time."""
+        return self.backlog_max_bytes is not None or self.backlog_target_ms is not None
+
     def for_state(self, processing_backlog: bool) -> "ReadBudget":
-        if processing_backlog and self.backlog_max_records is not None:
-            return ReadBudget(self.backlog_max_records, self.min_records)
-        return ReadBudget(self.max_records, self.min_records)
+        """The bounds that apply to a batch in that state: the backlog ones only in backlog."""
+        if not processing_backlog:
+            return ReadBudget(self.max_records, self.min_records)
+        records = self.backlog_max_records if self.backlog_max_records is not None else self.max_records
+        return ReadBudget(records, self.min_records, None, self.backlog_max_bytes, self.backlog_target_ms)
 
 
 def lag(start: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
@@ -86,6 +99,31 @@ def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_re
         prorate = max_records * (size / total)
         share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
         end[bucket] = min(position + size, position + share)
+    return end
+
+
+def byte_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_bytes: int,
+               bytes_per_offset: Mapping[Bucket, float], default_bytes_per_offset: float) -> dict[Bucket, int]:
+    """End positions that read about ``max_bytes`` of records in total, shared as
+    :func:`rate_limit` shares a record cap, in bytes: each lagging bucket gets ``max_bytes *
+    lagBytes / totalLagBytes`` (its lag times its bytes per offset, ``default_bytes_per_offset``
+    where none was measured), turned into offsets rounded down but at least one, never past its
+    latest offset. So a batch reads at most ``max_bytes`` plus one record per partition, as
+    measured."""
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    available = {b: n for b, n in lag(start, latest).items() if n > 0}
+    weight = {b: max(bytes_per_offset.get(b, default_bytes_per_offset), 1e-9) for b in available}
+    total = sum(available[b] * weight[b] for b in available)
+    end = {}
+    for bucket, position in start.items():
+        size = available.get(bucket)
+        if size is None:
+            end[bucket] = max(position, latest.get(bucket, position))
+            continue
+        share_bytes = max_bytes * (size * weight[bucket] / total) if total else max_bytes
+        offsets = max(1, math.floor(share_bytes / weight[bucket]))
+        end[bucket] = min(position + size, position + offsets)
     return end
 
 

@@ -105,6 +105,25 @@ class FakeOffsetsClient:
         self.topics[topic][partition] = (earliest, latest + count)
 
 
+@dataclass
+class FakeRecordSizes:
+    """Record sizes as ``{bucket: bytes per offset}`` (``default`` for the others; None: nothing
+    measurable). ``asked`` records the positions of every measurement."""
+
+    sizes: dict[Bucket, float] = field(default_factory=dict)
+    default: float | None = 100.0
+    asked: list[dict[Bucket, int]] = field(default_factory=list)
+    closed: int = 0
+
+    def bytes_per_offset(self, positions: Mapping[Bucket, int], lags: Mapping[Bucket, int]) -> dict[Bucket, float]:
+        self.asked.append({b: positions[b] for b in lags if lags[b] > 0})
+        return {b: self.sizes.get(b, self.default) for b in lags
+                if lags[b] > 0 and (b in self.sizes or self.default is not None)}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
 class FakeClock:
     """``time.monotonic`` / ``time.time`` and ``time.sleep`` in one: sleeping advances the
     clock at once and is recorded in ``slept``."""

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient, OffsetsClient
+from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from backlog_source.mode_switch.controller import BacklogAwareQuery
 from backlog_source.mode_switch.policy import SwitchPolicy
@@ -23,6 +24,7 @@ from tests import fakes
 PAIRS = [
     (fakes.FakeOffsetsClient, (OffsetsClient, KafkaOffsetsClient), {"append", "delete", "recreate"}),
     (fakes.FakeControlTopic, (ControlTopic,), set()),
+    (fakes.FakeRecordSizes, (RecordSizes, KafkaRecordSizes), set()),
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),
     (fakes.FakeConsumer, (Consumer,), set()),
     (fakes.FakeAdmin, (AdminClient,), set()),

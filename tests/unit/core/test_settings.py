@@ -158,3 +158,15 @@ def test_an_empty_subscription_is_named_before_missing_bootstrap_servers_as_in_s
     # Spark's KafkaSourceProvider.validateGeneralOptions checks the subscription's value first.
     with pytest.raises(ConfigError, match=f"^option '{option}'"):
         parse_options({option: value})
+
+
+def test_catch_up_budgets_parse_spark_byte_strings_and_durations_and_default_to_a_byte_bound():
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a"}
+    assert parse_options(base).backlog_max_bytes_per_trigger == 128 << 20
+    assert parse_options(base).backlog_target_batch_duration_ms is None
+    chosen = parse_options({**base, "backlog.maxBytesPerTrigger": "1g", "backlog.targetBatchDuration": "30 seconds"})
+    assert chosen.backlog_max_bytes_per_trigger == 1 << 30 and chosen.backlog_target_batch_duration_ms == 30_000
+    assert parse_options({**base, "backlog.maxBytesPerTrigger": "1048576"}).backlog_max_bytes_per_trigger == 1 << 20
+    for bad in ("lots", "0", "-1m", "1.5g"):
+        with pytest.raises(ConfigError, match="option 'backlog.maxBytesPerTrigger' must be"):
+            parse_options({**base, "backlog.maxBytesPerTrigger": bad})

@@ -3,7 +3,6 @@ batch that reaches them, events that only confirm, restarts and re-entry."""
 
 import json
 
-
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
 from backlog_source.enumerator import state_codec as offset_codec
@@ -12,7 +11,7 @@ from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.state import BacklogState, SourceOffset, classify
 from backlog_source.events.finish_event import MAX_EVENT_BYTES, BacklogFinishEvent
 from backlog_source.split.planning import ReadBudget
-from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
+from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
 
 A0, A1, A2, A3 = Bucket("a", 0), Bucket("a", 1), Bucket("a", 2), Bucket("a", 3)
 ALL = ReadBudget()
@@ -27,7 +26,7 @@ def make(options=None, topics=None, **fake):
     )
     client = FakeOffsetsClient(topics=topics or {"a": [(0, 100), (10, 10), (0, 30)]}, **fake)
     control = FakeControlTopic()
-    return Enumerator(settings, client, control, clock=FakeClock()), client, control
+    return Enumerator(settings, client, control, clock=FakeClock(), record_sizes=FakeRecordSizes()), client, control
 
 
 def restarted(client, options=None, control=None):
@@ -36,7 +35,7 @@ def restarted(client, options=None, control=None):
         {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest", **NO_POLL_BOUND,
          **(options or {})}
     )
-    return Enumerator(settings, client, control or FakeControlTopic(), clock=FakeClock())
+    return Enumerator(settings, client, control or FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
 
 
 def event(offset: SourceOffset, bucket: Bucket, boundary=None, source_id=None) -> bytes:

@@ -9,8 +9,9 @@ from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import TopicsDeletedError
+from backlog_source.enumerator.state import BoundedBy
 from backlog_source.split.planning import ReadBudget
-from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient
+from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 
@@ -20,7 +21,7 @@ def make(options=None, topics=None, clock=None, **fake):
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.minPollIntervalMs": "0",
                               **(options or {})})
     client = FakeOffsetsClient(topics=topics if topics is not None else {"a": [(0, 100), (10, 50)]}, **fake)
-    return Enumerator(settings, client, FakeControlTopic(), clock=clock or FakeClock()), client
+    return Enumerator(settings, client, FakeControlTopic(), clock=clock or FakeClock(), record_sizes=FakeRecordSizes()), client
 
 
 def test_initial_offset_latest_by_default_and_earliest_on_request():
@@ -121,7 +122,7 @@ def test_partition_added_to_a_known_topic_is_read_from_its_earliest_offset_in_th
 def test_subscribe_pattern_discovers_new_topics_and_skips_the_control_topic():
     enumerator, client = make({"subscribe": None} | {}, topics={"a": [(0, 1)]})
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "a.*|_backlog_events"})
-    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
     start = enumerator.initial_offset()
     client.topics["ab"] = [(0, 5)]
     client.topics["_backlog_events"] = [(0, 5)]
@@ -206,7 +207,7 @@ def test_a_topic_deleted_while_its_offsets_are_asked_is_handled_as_a_deleted_top
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*", "failOnDataLoss": fail_on_data_loss,
                               "backlog.minPollIntervalMs": "0"})
     client = DeletedDuringPlan(topics={"t1": [(0, 10)] * 5, "t2": [(0, 4)]})
-    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
     start = enumerator.initial_offset()
     client.append("t2", 0, 3)
     client.deleted = "t1"
@@ -275,7 +276,7 @@ def test_available_now_fails_when_its_planned_end_is_gone_whatever_fail_on_data_
 
 def test_assign_of_missing_partition_is_a_clear_error():
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "assign": '{"a":[0,7]}'})
-    enumerator = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 1)]}), FakeControlTopic(), clock=FakeClock())
+    enumerator = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 1)]}), FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
     with pytest.raises(ConfigError, match="option 'assign' names partition.s. that do not exist: a-7"):
         enumerator.initial_offset()
 
@@ -314,7 +315,7 @@ def test_by_default_every_poll_asks_kafka_so_process_all_available_sees_new_reco
     it: an answer "nothing new" from a cache would end it before records already in Kafka."""
     settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
     client = FakeOffsetsClient(topics={"a": [(0, 100), (10, 50)]})
-    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock())
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
     start = enumerator.initial_offset()
     assert enumerator.latest_offset(start, ReadBudget()) is start  # found nothing
     client.append("a", 0, 3)  # the clock does not move: only a fresh request can find these
@@ -333,7 +334,7 @@ def snapshot_enumerator(partitions, topics, fail_on_data_loss="true"):
                               "backlog.minPollIntervalMs": "0",
                               "snapshot.path": "/snap", "failOnDataLoss": fail_on_data_loss})
     return Enumerator(settings, FakeOffsetsClient(topics=topics), FakeControlTopic(), clock=FakeClock(),
-                      snapshot_loader=lambda path: (None, path, snap))
+                      snapshot_loader=lambda path: (None, path, snap), record_sizes=FakeRecordSizes())
 
 
 def test_snapshot_buckets_start_at_their_log_offset_and_snapshot_only_ones_are_backlog():
@@ -365,3 +366,104 @@ def test_a_log_offset_beyond_the_log_end_and_unknown_partitions_are_errors():
         snapshot_enumerator({0: (500, 5)}, {"a": [(0, 90)]}).initial_offset()
     with pytest.raises(SnapshotError, match=r"names partition\(s\) \[3\] that the topic does not have"):
         snapshot_enumerator({3: (5, 5)}, {"a": [(0, 90)]}).initial_offset()
+
+
+# -- catch-up batches sized by bytes and time ---------------------------------------------
+
+MIB = 1 << 20
+
+
+def catching_up(options=None, sizes=None, clock=None, topics=None):
+    """A new query at the earliest offsets of a backlog (two partitions of 10,000 records),
+    with the budget its options set."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0", **(options or {})})
+    client = FakeOffsetsClient(topics=topics or {"a": [(0, 10_000), (0, 10_000)]})
+    sizes = sizes or FakeRecordSizes(default=1_000.0)
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=clock or FakeClock(), record_sizes=sizes)
+    return enumerator, client, sizes, ReadBudget.from_settings(settings)
+
+
+def test_a_catch_up_batch_reads_about_the_byte_budget_from_the_sizes_measured_where_it_starts():
+    enumerator, _, sizes, budget = catching_up({"backlog.maxBytesPerTrigger": "2m"},
+                                               FakeRecordSizes({A0: 100.0, A1: 10_000.0}))
+    start = enumerator.initial_offset()
+    end = enumerator.latest_offset(start, budget)
+    read = {b: end.positions[b] - start.positions[b] for b in end.positions}
+    assert read[A0] * 100 + read[A1] * 10_000 <= 2 * MIB + 10_000
+    # Shared in proportion to each bucket's lag in bytes: both advance by the same share of
+    # their lag (as Spark shares a record cap), the bucket of large records holding most bytes.
+    assert read[A0] == read[A1] == 207
+    assert end.plan.bounded_by is BoundedBy.BYTES and end.plan.budget_bytes == 2 * MIB
+    assert sizes.asked == [{A0: 0, A1: 0}]
+
+
+def test_by_default_a_restart_on_a_large_backlog_gets_bounded_batches_not_one_of_everything():
+    topics = {"a": [(0, 1_000_000), (0, 1_000_000)]}
+    enumerator, _, _, budget = catching_up(sizes=FakeRecordSizes(default=1_000.0), topics=topics)
+    start = enumerator.initial_offset()
+    end = enumerator.latest_offset(start, budget)
+    assert end.plan.bounded_by is BoundedBy.BYTES
+    assert sum(end.positions.values()) * 1_000 <= 128 * MIB + 2 * 1_000
+
+
+def test_nothing_measurable_plans_a_first_batch_as_if_every_record_were_kafkas_largest():
+    enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "4m"}, FakeRecordSizes(default=None))
+    end = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    assert end.positions == {A0: 2, A1: 2}  # 4 MiB shared, 1 MiB assumed per record
+
+
+def test_the_smaller_of_the_record_and_byte_bounds_wins():
+    enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "1m", "backlog.maxOffsetsPerTrigger": "100"})
+    end = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    assert sum(end.positions.values()) == 100 and end.plan.bounded_by is BoundedBy.RECORDS
+    enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "100k", "backlog.maxOffsetsPerTrigger": "5000"})
+    end = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    assert sum(end.positions.values()) <= 103 and end.plan.bounded_by is BoundedBy.BYTES
+
+
+def test_once_caught_up_live_batches_read_what_is_there_whatever_the_byte_budget():
+    enumerator, client, sizes, budget = catching_up({"backlog.maxBytesPerTrigger": "1m"},
+                                                    topics={"a": [(0, 10), (0, 10)]})
+    end = enumerator.latest_offset(enumerator.initial_offset(), budget)  # the whole backlog fits
+    assert end.positions == {A0: 10, A1: 10} and not end.processing_backlog
+    asked = len(sizes.asked)
+    client.append("a", 0, 5_000)  # a burst once caught up: not backlog (no re-entry set)
+    live = enumerator.latest_offset(end, budget)
+    assert live.positions[A0] == 5_010 and live.plan.bounded_by is BoundedBy.AVAILABLE
+    assert len(sizes.asked) == asked  # nothing measured outside backlog
+
+
+def test_a_time_budget_learns_the_throughput_of_whole_batches_and_a_restart_keeps_it():
+    clock = FakeClock()
+    topics = {"a": [(0, 10_000_000), (0, 10_000_000)]}
+    enumerator, _, _, budget = catching_up({"backlog.targetBatchDuration": "10s", "backlog.maxBytesPerTrigger": "1g"},
+                                           FakeRecordSizes(default=100.0), clock, topics)
+    start = enumerator.initial_offset()
+    first = enumerator.latest_offset(start, budget)
+    assert first.plan.bounded_by is BoundedBy.TIME and first.plan.bytes_per_s is None
+    assert first.plan.bytes <= 16 * MIB
+    clock.advance(2.0)  # the first batch (planning to the next plan) took 2 s
+    second = enumerator.latest_offset(first, budget)
+    learned = first.plan.bytes / 2.0
+    assert second.plan.bytes_per_s == pytest.approx(learned)
+    assert second.plan.bytes <= 4 * first.plan.bytes + 200
+    # A restart on the checkpoint: a new enumerator reads the learnt rate from the offset.
+    restored = offset_codec.decode(offset_codec.encode(second))
+    assert restored.plan == second.plan
+    again, _, _, _ = catching_up({"backlog.targetBatchDuration": "10s", "backlog.maxBytesPerTrigger": "1g"},
+                                 FakeRecordSizes(default=100.0), clock, topics)
+    third = again.latest_offset(restored, budget)
+    assert third.plan.bytes_per_s == pytest.approx(learned)
+
+
+def test_record_sizes_that_change_mid_backlog_are_planned_with_at_the_next_batch():
+    sizes = FakeRecordSizes(default=100.0)
+    topics = {"a": [(0, 1_000_000), (0, 1_000_000)]}
+    enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "1m"}, sizes, topics=topics)
+    first = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    sizes.default = 10_000.0  # the producer switched to 10 KB records
+    second = enumerator.latest_offset(first, budget)
+    read_first = sum(first.positions.values())
+    read_second = sum(second.positions.values()) - read_first
+    assert read_second * 10_000 <= MIB + 2 * 10_000 and read_second < read_first / 50

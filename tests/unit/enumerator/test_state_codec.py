@@ -10,7 +10,7 @@ from backlog_source.core.buckets import Bucket, from_nested, to_nested
 from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator import state_codec as offset_codec
-from backlog_source.enumerator.state import OpenBucket, PhaseTrace, SourceOffset
+from backlog_source.enumerator.state import BatchPlan, BoundedBy, OpenBucket, PhaseTrace, SourceOffset
 from backlog_source.enumerator.state_codec import parse_reported
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "offsets"
@@ -111,3 +111,11 @@ def test_malformed_offsets_are_rejected_with_a_reason(data, fragment):
 def test_nested_helpers_are_inverse():
     values = {Bucket("a", 2): 7, Bucket("a", 10): 1}
     assert from_nested(to_nested(values), "x") == values
+
+
+def test_the_batch_plan_round_trips_and_an_offset_without_one_is_read():
+    offset = SourceOffset("s", {Bucket("a", 0): 5}, plan=BatchPlan(BoundedBy.TIME, 1_000, 2_000, 12.5))
+    assert offset_codec.decode(offset_codec.encode(offset)) == offset
+    assert offset_codec.decode({k: v for k, v in offset_codec.encode(offset).items() if k != "plan"}).plan is None
+    with pytest.raises(OffsetFormatError, match="offset field 'plan' is malformed"):
+        offset_codec.decode({**offset_codec.encode(offset), "plan": {"bounded_by": "luck"}})

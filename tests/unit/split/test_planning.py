@@ -3,10 +3,13 @@
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.split.kafka_split import KafkaRange
-from backlog_source.split.planning import plan_ranges, rate_limit
+from backlog_source.split.planning import byte_limit, plan_ranges, rate_limit
 
 A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
 
@@ -87,3 +90,35 @@ def test_ranges_cover_the_batch_exactly_once(seed):
         pieces = sorted((r.start, r.end) for r in ranges if r.bucket == bucket)
         covered = [o for s, e in pieces for o in range(s, e)]
         assert covered == list(range(start[bucket], end[bucket]))
+
+
+# -- the byte budget ----------------------------------------------------------------------
+
+def test_byte_limit_shares_the_bytes_in_proportion_to_each_buckets_lag_in_bytes():
+    a, b = Bucket("t", 0), Bucket("t", 1)
+    # a: 1,000 offsets of 100 B (100 KB of lag); b: 1,000 offsets of 10 KB (10 MB of lag).
+    end = byte_limit({a: 0, b: 0}, {a: 1_000, b: 1_000}, 1_010_000, {a: 100.0, b: 10_000.0}, 100.0)
+    assert end == {a: 100, b: 100}  # 1 % of each bucket's bytes: 10 KB and 1 MB
+
+
+def test_byte_limit_reads_at_least_one_record_per_lagging_bucket_and_never_past_the_end():
+    a, b, idle = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
+    end = byte_limit({a: 5, b: 0, idle: 7}, {a: 6, b: 1_000_000, idle: 7}, 10, {}, 1_000.0)
+    assert end == {a: 6, b: 1, idle: 7}
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    lags=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
+    sizes=st.lists(st.floats(1.0, 1_048_576.0), min_size=8, max_size=8),
+    max_bytes=st.integers(1, 1 << 30),
+)
+def test_a_batch_never_reads_more_than_the_byte_budget_plus_one_record_per_partition(lags, sizes, max_bytes):
+    start = {Bucket("t", p): 100 for p in range(len(lags))}
+    latest = {b: 100 + n for b, n in zip(start, lags)}
+    per_offset = {b: sizes[i] for i, b in enumerate(start)}
+    end = byte_limit(start, latest, max_bytes, per_offset, 1.0)
+    read = {b: end[b] - start[b] for b in start}
+    assert all(0 <= read[b] <= latest[b] - start[b] for b in start)
+    lagging = sum(1 for n in lags if n > 0)
+    assert sum(read[b] * per_offset[b] for b in start) <= max_bytes + lagging * max(sizes) + 1e-6

@@ -1,0 +1,128 @@
+"""How many bytes an offset of each bucket holds where a catch-up batch starts: the
+measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with.
+
+Which process: the driver's planner worker, once per catch-up batch that has a byte or time
+budget. One consumer for the run, created on first use, never pickled. It reads the first
+fetch at each sampled bucket's position (at most :data:`SAMPLE_FETCH_BYTES` per partition,
+the broker returns at least one record batch) and counts the bytes Spark's rows will hold
+per record: key, value, header keys and values. Bytes are divided by the offsets the
+sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
+offsets.
+
+A measurement that fails is never fatal: it returns what it has (maybe nothing), and the
+planner falls back to a safe guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+
+log = logging.getLogger(__name__)
+
+#: At most this many buckets are sampled per batch, the ones with the most lag first; the
+#: others get the median of those measured (a wide topic in backlog costs one bounded fetch).
+MAX_SAMPLED = 32
+#: Per-partition fetch size of a sample: enough records of small sizes, one batch of large ones.
+SAMPLE_FETCH_BYTES = 64 << 10
+#: The longest a sample waits for its fetches.
+SAMPLE_WAIT_S = 2.0
+
+
+def record_bytes(message: Message) -> int:
+    """What one record holds in Spark's row: key, value, header keys and values."""
+    size = len(message.key() or b"") + len(message.value() or b"")
+    for key, value in message.headers() or ():
+        size += len(key) + len(value or b"")
+    return size
+
+
+class RecordSizes(Protocol):
+    """What the enumerator asks: bytes per offset at the given positions."""
+
+    def bytes_per_offset(self, positions: Mapping[Bucket, int], lags: Mapping[Bucket, int]) -> dict[Bucket, float]:
+        """Bytes per offset measured at ``positions`` for the buckets of ``lags`` (records
+        available from there): a sampled bucket gets its own figure, the others the median
+        of those measured; empty when nothing could be measured."""
+
+    def close(self) -> None:
+        """Release the consumer; it is created again on next use."""
+
+
+class KafkaRecordSizes:
+    """:class:`RecordSizes` with a confluent-kafka consumer (see the module docstring)."""
+
+    def __init__(self, kafka: KafkaClientConfig, *, consumer_factory: Callable[[dict], Consumer] = Consumer,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``consumer_factory`` and ``clock`` are replaced by unit tests only."""
+        self._kafka = kafka
+        self._factory = consumer_factory
+        self._clock = clock
+        self._consumer: Consumer | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_consumer": None}
+
+    def bytes_per_offset(self, positions: Mapping[Bucket, int], lags: Mapping[Bucket, int]) -> dict[Bucket, float]:
+        lagging = sorted((b for b, n in lags.items() if n > 0), key=lambda b: (-lags[b], b))
+        sampled = lagging[:MAX_SAMPLED]
+        if not sampled:
+            return {}
+        try:
+            measured = self._sample({b: positions[b] for b in sampled})
+        except Exception as exc:  # noqa: BLE001 - a failed measurement falls back, never fails the query
+            log.warning("could not measure record sizes for the byte budget (%s); planning with a safe guess",
+                        self._kafka.redact(str(exc) or type(exc).__name__))
+            self.close()
+            return {}
+        if not measured:
+            return {}
+        typical = statistics.median(measured.values())
+        return {b: measured.get(b, typical) for b in lagging}
+
+    def _sample(self, positions: Mapping[Bucket, int]) -> dict[Bucket, float]:
+        consumer = self._client()
+        consumer.assign([TopicPartition(b.topic, b.partition, o) for b, o in positions.items()])
+        sizes: dict[Bucket, int] = {}
+        last: dict[Bucket, int] = {}
+        done: set[Bucket] = set()
+        deadline = self._clock() + SAMPLE_WAIT_S
+        try:
+            while len(done) < len(positions) and self._clock() < deadline:
+                arrived: set[Bucket] = set()
+                for message in consumer.consume(1_000, 0.05):
+                    bucket = Bucket(message.topic(), message.partition())
+                    if bucket not in positions or bucket in done:
+                        continue
+                    arrived.add(bucket)
+                    if message.error() is not None:
+                        continue  # end of partition, out of range: what arrived is the sample
+                    sizes[bucket] = sizes.get(bucket, 0) + record_bytes(message)
+                    last[bucket] = message.offset()
+                # What one call delivered of a partition (a fetch's record batches) is its sample.
+                done |= arrived
+        finally:
+            consumer.unassign()
+        return {b: size / (last[b] - positions[b] + 1) for b, size in sizes.items()}
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = self._factory(self._kafka.librdkafka(
+                ClientRole.SIZE_SAMPLER, **{"max.partition.fetch.bytes": SAMPLE_FETCH_BYTES}))
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:  # noqa: BLE001 - already closed or the broker gone
+                pass
+            self._consumer = None
