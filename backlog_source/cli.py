@@ -22,10 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="drain a backlog, switch to low latency, and show it",
-        description="Start the embedded Kafka-compatible broker (or use --bootstrap-servers), seed a backlog, "
-        "produce live traffic and run a backlog-aware query (start_backlog_aware) into Parquet under --output, "
-        "with a live terminal view, traces, a summary table and timeline.png. Every option can also be set "
-        "as a BACKLOG_<NAME> environment variable or in a .env file; flags win.",
+        description="Start a local broker (Apache Kafka by default, or the embedded Tansu broker with --broker "
+        "embedded; or use --bootstrap-servers), seed a backlog, produce live traffic and run a backlog-aware "
+        "query (start_backlog_aware) into Parquet under --output, with a live terminal view, traces, a summary "
+        "table and timeline.png. Every flag can also be set as a BACKLOG_<NAME> environment variable or in a "
+        ".env file (--option as BACKLOG_KAFKA_OPTIONS, a JSON object); flags win.",
     )
     add_arguments(demo)
     snapshot = commands.add_parser(

@@ -1,8 +1,9 @@
 """The Spark-facing surface: ``spark.readStream.format("backlog")``.
 
 Thin adapters only: each hook translates between Spark's types (JSON dicts, read limits,
-input partitions) and the enumerator's or the reader's. Planning, splits included, lives in
-:mod:`backlog_source.enumerator`, reading in :mod:`backlog_source.reader`.
+input partitions) and the enumerator's, the splits' or the reader's. Planning lives in
+:mod:`backlog_source.enumerator`, the splits of a batch in :mod:`backlog_source.split`, reading
+in :mod:`backlog_source.reader`.
 
 Which process runs what:
 

@@ -153,8 +153,8 @@ def _parse_jaas(raw: str) -> tuple[str, str]:
     if not match or "username" not in args or "password" not in args:
         # The value is a secret: the message describes it without quoting it.
         raise ConfigError(
-            "option 'kafka.sasl.jaas.config' must be a PlainLoginModule or ScramLoginModule entry "
-            'with username="..." and password="..."; or set \'kafka.sasl.username\' and '
-            "'kafka.sasl.password' directly"
+            "option 'kafka.sasl.jaas.config' must be a login module entry (e.g. PlainLoginModule or "
+            'ScramLoginModule) with username="..." and password="..." (only those two are used); or set '
+            "'kafka.sasl.username' and 'kafka.sasl.password' directly"
         )
     return args["username"], args["password"]

@@ -290,7 +290,7 @@ class SourceSettings(BaseModel):
     #: (Spark polls an idle source about every 10 ms with a "0 seconds" trigger). Off (0) by
     #: default, as in Spark's source, because an answer from the cache tells Spark "nothing
     #: new" for records already in Kafka, and ``processAllAvailable()`` then returns without
-    #: them (README: "Idle polling").
+    #: them (docs/reading.md, "Idle polling").
     backlog_min_poll_interval_ms: NonNegativeNumber = Field(0, alias="backlog.minPollIntervalMs")
     snapshot_path: Text | None = Field(None, alias="snapshot.path")
 

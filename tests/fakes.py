@@ -144,7 +144,7 @@ class FakeClock:
 
 
 class FakeControlTopic:
-    """``enumerator.control.ControlTopic`` as a list of message values; ``reads`` counts
+    """``events.control_topic.ControlTopic`` as a list of message values; ``reads`` counts
     read_from calls (each one a request to the broker in real life)."""
 
     def __init__(self) -> None:

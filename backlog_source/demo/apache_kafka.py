@@ -17,7 +17,7 @@ so that Spark keeps its share of a small machine. Measured here (2 cores): a sin
 is ready ~3.5 s after the call (format ~1.5 s, JVM start ~2 s) at ~350 MiB resident; three nodes
 ~10 s; a restart after kill -9 ~5 s (the controller first times out the dead session). Nothing here dials anything but 127.0.0.1.
 
-Raises :class:`~backlog_source.core.errors.EmbeddedBrokerError` when Java or the jars are missing or
+Raises :class:`~backlog_source.demo.errors.EmbeddedBrokerError` when Java or the jars are missing or
 a broker does not come up, naming what to install and the end of the broker's log.
 """
 

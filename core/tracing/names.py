@@ -4,7 +4,7 @@ Every name the source puts on a span is defined here and nowhere else. Renaming 
 breaking change; adding one is not. Where OpenTelemetry's messaging semantic conventions
 have a name for a value, it is used (``messaging.*``); the rest live under ``backlog.``.
 
-Spans (see docs/DESIGN.md, "Tracing", for when each starts and ends and which process
+Spans (see docs/tracing.md for when each starts and ends and which process
 exports it):
 
 * ``backlog.phase``: boundaries recorded -> every bucket finished. The trace's root.

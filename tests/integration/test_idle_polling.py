@@ -11,7 +11,7 @@ from tests.integration.helpers import make_topic, reader, settle, start_noop, wa
 from tests.support.kafka_proxy import counting_broker
 
 #: A plan asks for the subscribed topics' partitions (Metadata) and their latest offsets
-#: (ListOffsets): two requests to a one-broker cluster (README: "Idle polling").
+#: (ListOffsets): two requests to a one-broker cluster (docs/reading.md, "Idle polling").
 REQUESTS_PER_PLAN = 2
 
 

@@ -7,7 +7,7 @@ column, in the same batches, or fail alike.
 
 CI runs a fixed number of examples on a fixed seed (``derandomize``), so a red run is
 reproducible. A longer search: ``BACKLOG_SOURCE_SIDE_BY_SIDE_EXAMPLES=200 pytest
-tests/integration/test_side_by_side_generated.py`` (README "Tests").
+tests/integration/test_side_by_side_generated.py`` (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ min.insync.replicas=2), the leader of the partitions being read killed mid-backl
 query rides each out on its own (no restart by the test), and every record is delivered
 exactly once to a file sink and to an idempotent ``foreachBatch``.
 
-Bound stated (README "Failure behaviour"): the query is back to committing batches within
+Bound stated (docs/reliability.md): the query is back to committing batches within
 the broker's own recovery (a restart ~5 s here; a leader election ~3 s, the broker session
 timeout the launcher sets) plus the client's reconnect back-off; the waits below allow 120 s
 on a loaded machine and report the pause they saw.

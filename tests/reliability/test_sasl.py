@@ -4,8 +4,8 @@ appears in any output (driver and worker logs at DEBUG, ``explain()``, the progr
 event log, the checkpoint, the control topic, span attributes).
 
 TLS is not staged here: the broker would need a key store made at test time (keytool or
-openssl), and the source hands ``kafka.ssl.*`` to librdkafka unchanged but for JKS, which it
-refuses (README "Differences"); left out of this round and said so in the README.
+openssl), and the source hands ``kafka.ssl.*`` to librdkafka unchanged but for a JKS
+truststore, which it refuses (README "Differences"); left out and said so in the README.
 """
 
 from __future__ import annotations
