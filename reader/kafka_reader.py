@@ -43,6 +43,13 @@ log = logging.getLogger(__name__)
 
 #: Records per consume() call, and so at most per Arrow batch (measured in benchmarks/).
 CONSUME_BATCH = 10_000
+#: An Arrow batch holds about this many bytes at most, whatever the record size: each call
+#: asks for as many messages as fit, by the bytes per record of the batches before it. One
+#: call gathering 10,000 records of 256 KB made a 2.5 GB batch (a worker peaked at 2.66 GB
+#: reading 1 GB), and past 2 GiB in one call pyarrow cannot build the binary column at all.
+ARROW_BATCH_BYTES = 32 << 20
+#: The first call of a read asks for at most this many messages, before any size is known.
+FIRST_CONSUME = 256
 #: How long one consume() may wait for the messages it asks for: the shortest wait, used
 #: again after every call that moved a range, doubling up to the longest while none does.
 #: consume() returns only once it has every message asked for or the wait is over, and a
@@ -73,6 +80,14 @@ def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
     while size < wanted and size < _FETCH_BYTES_MAX:
         size *= 2
     return size
+
+
+def messages_per_batch(batch: pa.RecordBatch) -> int:
+    """How many messages the next consume() may ask for so that its Arrow batch holds about
+    :data:`ARROW_BATCH_BYTES`, from the bytes per row of ``batch`` (at least 1, at most
+    :data:`CONSUME_BATCH`)."""
+    per_row = batch.nbytes / max(batch.num_rows, 1)
+    return max(1, min(CONSUME_BATCH, int(ARROW_BATCH_BYTES // max(per_row, 1.0))))
 
 
 @contextmanager
@@ -207,6 +222,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
     one_topic = len({r.topic for r in ranges}) == 1
     first_fetch = True
     wait_s = _CONSUME_WAIT_MIN_S
+    per_call = FIRST_CONSUME
     last_progress = last_check = clock()
     while True:
         active = [p for p in progress.values() if not p.done]
@@ -217,7 +233,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         # made every small split wait the full wait, then a broker-held fetch for EOF). With
         # gaps, fewer messages than offsets exist; the end-of-partition event then ends the
         # range within one short wait.
-        wanted = min(CONSUME_BATCH, sum(p.range.end - p.position for p in active))
+        wanted = min(per_call, sum(p.range.end - p.position for p in active))
         started = time.perf_counter()
         messages = consumer.consume(wanted, wait_s)
         if first_fetch and messages:
@@ -230,6 +246,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
                 single = len(active) == 1
                 batch = to_record_batch(records, active[0].range.topic if single or one_topic else None,
                                         active[0].range.partition if single else None, config.include_headers)
+            per_call = messages_per_batch(batch)
         now = clock()
         wait_s = _CONSUME_WAIT_MIN_S if moved else min(wait_s * 2, _CONSUME_WAIT_MAX_S)
         if moved:

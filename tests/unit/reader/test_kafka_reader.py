@@ -347,3 +347,25 @@ def test_a_failed_read_exports_a_failed_span(otel_env, receiver):
     exporter.flush()
     [span] = receiver.spans
     assert span["status"] == "error" and span["events"] == []
+
+
+def test_each_arrow_batch_is_bounded_in_bytes_whatever_the_record_size():
+    """64 KiB values: the first call asks for 256 messages (no size known yet), the next ones
+    for as many as fit ARROW_BATCH_BYTES (32 MiB: 511 rows of ~64 KiB with the other columns)."""
+    big = b"v" * (64 << 10)
+    script, offset = [], 0
+    for count in (256, 511, 233):
+        script.append([Msg(o, value=big) for o in range(offset, offset + count)])
+        offset += count
+    consumer = FakeConsumer(script)
+    batches = read(split(("t", 0, 0, 1_000)), consumer)
+    assert offsets_read(batches) == list(range(1_000))
+    assert consumer.asked == [256, 511, 233]
+    assert max(b.nbytes for b in batches) <= (32 << 20) + (64 << 10)
+
+
+def test_small_records_are_still_read_ten_thousand_per_call():
+    script = [[Msg(o) for o in range(0, 256)], [Msg(o) for o in range(256, 10_256)], [Msg(o) for o in range(10_256, 12_000)]]
+    consumer = FakeConsumer(script)
+    assert len(offsets_read(read(split(("t", 0, 0, 12_000)), consumer))) == 12_000
+    assert consumer.asked == [256, 10_000, 1_744]
