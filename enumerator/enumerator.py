@@ -406,6 +406,11 @@ class Enumerator:
         if not budget.bounds_catch_up:
             return end, BatchPlan(bounded_by, bytes_per_s=learned)
         lags = lag(read_from, end)
+        if budget.backlog_target_ms is None and budget.backlog_max_bytes is not None and (
+                sum(lags.values()) * UNMEASURED_BYTES_PER_OFFSET <= budget.backlog_max_bytes):
+            # Even records of Kafka's largest size would fit the byte budget: nothing to
+            # measure (a measurement costs a fetch per partition, 0.1-0.3 s).
+            return end, BatchPlan(bounded_by, None, budget.backlog_max_bytes, learned)
         with step_timings.step("driver.record_sizes"):
             sizes = self._sizes.bytes_per_offset(read_from, lags) if any(lags.values()) else {}
         typical = statistics.median(sizes.values()) if sizes else UNMEASURED_BYTES_PER_OFFSET

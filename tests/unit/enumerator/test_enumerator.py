@@ -467,3 +467,10 @@ def test_record_sizes_that_change_mid_backlog_are_planned_with_at_the_next_batch
     read_first = sum(first.positions.values())
     read_second = sum(second.positions.values()) - read_first
     assert read_second * 10_000 <= MIB + 2 * 10_000 and read_second < read_first / 50
+
+
+def test_a_catch_up_batch_that_fits_the_byte_budget_even_at_the_largest_record_size_measures_nothing():
+    enumerator, _, sizes, budget = catching_up(topics={"a": [(0, 40), (0, 40)]})  # 80 records <= 128 MiB / 1 MiB
+    end = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    assert end.positions == {A0: 40, A1: 40} and sizes.asked == []
+    assert end.plan.bounded_by is BoundedBy.AVAILABLE and end.plan.bytes is None
