@@ -14,14 +14,17 @@ Which process runs what:
   long-lived Python worker on the driver, for the life of the query run.
 * ``BacklogStreamReader.read``: Python workers on executors, on a copy of the reader that
   Spark pickled when it planned the query. That copy holds settings only.
+* ``BacklogBatchReader.partitions`` (``spark.read``): the Python worker Spark starts on the
+  driver to plan the read; ``BacklogBatchReader.read``: Python workers on executors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -39,6 +42,7 @@ from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import ReaderConfig, SourceSettings, parse_options
 from backlog_source.core.tracing import exporter
 from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.batch_range import batch_reads
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
 from backlog_source.events.control_topic import ControlTopic
@@ -59,7 +63,9 @@ class BacklogDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        self._settings: SourceSettings | None = parse_options(options)  # a bad option fails load()
+        # A bad option fails load(). Whether the read is a stream or a batch is not known yet:
+        # each reader checks the options of its kind (the ending options, the batch range).
+        self._settings: SourceSettings | None = parse_options(options)
         exporter.validate_environment()  # so does a bad OTEL_* setting
 
     def __getstate__(self) -> dict:
@@ -81,18 +87,22 @@ class BacklogDataSource(DataSource):
         return kafka_schema(self.settings.include_headers)
 
     def streamReader(self, schema: StructType) -> "BacklogStreamReader":
+        self._check_schema(schema)
+        return BacklogStreamReader(parse_options(self.options, read="stream"))
+
+    def reader(self, schema: StructType) -> "BacklogBatchReader":
+        """``spark.read.format("backlog")``: a batch read of the range the starting and ending
+        options give, as ``format("kafka")`` reads it."""
+        self._check_schema(schema)
+        return BacklogBatchReader(parse_options(self.options, read="batch"))
+
+    def _check_schema(self, schema: StructType) -> None:
         expected = kafka_schema(self.settings.include_headers)
         if schema != expected:
             raise ConfigError(
                 "format('backlog') has a fixed schema, like Spark's Kafka source; remove the "
                 f".schema(...) call. Expected {expected.simpleString()}, got {schema.simpleString()}"
             )
-        return BacklogStreamReader(self.settings)
-
-    def reader(self, schema: StructType):
-        raise ConfigError(
-            "format('backlog') is a streaming source: use spark.readStream, not spark.read"
-        )
 
 
 def set_worker_environment(spark, env: Mapping[str, str | None]) -> None:
@@ -110,6 +120,40 @@ def set_worker_environment(spark, env: Mapping[str, str | None]) -> None:
         else:
             environment[name] = value
     spark.dataSource.register(BacklogDataSource)
+
+
+class BacklogBatchReader(DataSourceReader):
+    """``spark.read.format("backlog")``: the range from the starting to the ending options
+    (:func:`~backlog_source.enumerator.batch_range.batch_reads`), in the same splits and read by
+    the same read path (and consumer pool) as a streaming batch, without backlog boundaries
+    or events.
+
+    ``partitions`` runs in the Python worker Spark starts on the driver to plan the read;
+    ``read`` on executors, on a pickled copy holding only the reader configuration."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings: SourceSettings | None = settings
+        self.reader_config: ReaderConfig = replace(settings.reader_config, events_topic=None)
+
+    def __getstate__(self) -> dict:
+        return {"settings": None, "reader_config": self.reader_config}
+
+    def partitions(self) -> list[InputPartition]:
+        settings = self.settings
+        if settings is None:
+            raise RuntimeError("the planner's settings are not shipped to executors")
+        client = KafkaOffsetsClient.from_settings(settings)
+        try:
+            reads = batch_reads(settings, client)
+        finally:
+            client.close()
+        return [s for s in plan_splits(reads, settings) if not isinstance(s, KafkaSplit) or s.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        freeze_once()
+        if not isinstance(partition, KafkaSplit):
+            raise TypeError(f"expected a KafkaSplit, got {type(partition).__name__}")
+        return read_split(partition, self.reader_config)
 
 
 class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
@@ -163,6 +163,27 @@ def _starting_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
     return offsets
 
 
+def _ending_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
+    """``endingOffsets`` (batch reads): ``latest``, or a JSON object whose values are offsets
+    or -1 for latest (``earliest`` and -2 are refused by :func:`check_batch_range`, as Spark
+    refuses them)."""
+    if isinstance(raw, (StartingPoint, dict)):
+        return raw
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        return StartingPoint(text.lower())
+    if not text.startswith("{"):
+        raise ValueError(
+            'must be \'latest\' or a JSON object such as {"topicA":{"0":23,"1":-1}} (-1 = latest), '
+            f"got {raw!r}"
+        )
+    offsets = _bucket_map(text, '{"topicA":{"0":23,"1":-1}}', "an offset >= 0 or -1 for latest")
+    for bucket, offset in offsets.items():
+        if offset < EARLIEST:
+            raise ValueError(f"offset {offset} for {bucket} is not allowed; use an offset >= 0 or -1 for latest")
+    return offsets
+
+
 def _offsets_by_timestamp(raw: Any) -> dict[Bucket, int]:
     if isinstance(raw, dict):
         return raw
@@ -255,6 +276,15 @@ class SourceSettings(BaseModel):
     starting_offsets_by_timestamp_strategy: Annotated[str, BeforeValidator(_timestamp_strategy)] = Field(
         "error", alias="startingOffsetsByTimestampStrategy"
     )
+    # Where a batch read ends (spark.read only; a streaming query refuses them). Precedence
+    # as in Spark: ending_timestamp, then ending_offsets_by_timestamp, then ending_offsets.
+    ending_offsets: Annotated[StartingPoint | dict[Bucket, int], BeforeValidator(_ending_offsets)] = Field(
+        StartingPoint.LATEST, alias="endingOffsets"
+    )
+    ending_timestamp: Timestamp | None = Field(None, alias="endingTimestamp")
+    ending_offsets_by_timestamp: Annotated[dict[Bucket, int], BeforeValidator(_offsets_by_timestamp)] | None = Field(
+        None, alias="endingOffsetsByTimestamp"
+    )
 
     fail_on_data_loss: StrictBool = Field(True, alias="failOnDataLoss")
     max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="maxOffsetsPerTrigger")
@@ -342,11 +372,19 @@ _OPTION_NAMES = {
 } | {"groupidprefix": "groupIdPrefix"}  # goes into KafkaClientConfig
 _OPTION_OF_FIELD = {name: field.alias or name for name, field in SourceSettings.model_fields.items()}
 _BATCH_ONLY = ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
+#: The kind of read options are parsed for (see :func:`parse_options`).
+ReadKind = Literal["stream", "batch"] | None
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 
 
-def parse_options(options: Mapping[str, str]) -> SourceSettings:
+def parse_options(options: Mapping[str, str], *, read: ReadKind = None) -> SourceSettings:
     """Build :class:`SourceSettings` from the string options a query passed.
+
+    ``read``: ``"stream"`` (``spark.readStream``: the ending options are refused),
+    ``"batch"`` (``spark.read``: ``startingOffsets`` defaults to ``earliest``, and the
+    starting and ending options are checked as Spark checks a batch read), or None when the
+    kind of read is not known yet (``load()``: both kinds' options are accepted; the reader
+    checks its own when Spark asks for it).
 
     Raises :class:`ConfigError` naming the option and what is allowed, never echoing a
     secret. Unknown options are rejected too: a misspelt option silently ignored is a
@@ -356,8 +394,10 @@ def parse_options(options: Mapping[str, str]) -> SourceSettings:
     """
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     for key in opts:
-        if key in _BATCH_ONLY:
+        if key in _BATCH_ONLY and read == "stream":
             raise ConfigError(f"option '{_batch_only_name(key)}' is for batch queries only; a streaming query has no end offset")
+    if read == "batch":
+        opts.setdefault("startingoffsets", "earliest")
     # kafka.* options are the client's, except the few this model reads itself.
     client_keys = {k for k in opts if k.startswith("kafka.") and k not in _OPTION_NAMES}
     kafka_options = {k.removeprefix("kafka."): opts[k] for k in client_keys}
@@ -385,9 +425,34 @@ def parse_options(options: Mapping[str, str]) -> SourceSettings:
         raise ConfigError(f"option 'groupIdPrefix' {exc}") from None
     kafka = kafka_client_config(kafka_options, group_id_prefix=group_id_prefix)
     try:
-        return SourceSettings.model_validate({**values, "kafka": kafka})
+        settings = SourceSettings.model_validate({**values, "kafka": kafka})
     except ValidationError as exc:
         raise ConfigError(_validation_message(exc)) from None
+    if read == "batch":
+        check_batch_range(settings)
+    return settings
+
+
+def check_batch_range(settings: SourceSettings) -> None:
+    """The starting and ending options of a batch read, as Spark's
+    ``KafkaSourceProvider.validateBatchOptions`` checks them: a batch read cannot start at
+    the latest offsets nor end at the earliest ones. Raises :class:`ConfigError`."""
+    starting, ending = settings.starting_offsets, settings.ending_offsets
+    if starting is StartingPoint.LATEST:
+        raise ConfigError("option 'startingOffsets' can't be 'latest' for a batch read (spark.read): it would read "
+                          "nothing. Use 'earliest' (the default for batch reads) or specific offsets")
+    if isinstance(starting, dict) and (latest := sorted(b for b, o in starting.items() if o == LATEST)):
+        raise ConfigError(f"option 'startingOffsets' can't be -1 (latest) for a batch read (spark.read): "
+                          f"{', '.join(map(str, latest))}")
+    if ending is StartingPoint.EARLIEST:
+        raise ConfigError("option 'endingOffsets' can't be 'earliest' for a batch read (spark.read): it would read "
+                          "nothing. Use 'latest' (the default) or specific offsets")
+    if isinstance(ending, dict) and (earliest := sorted(b for b, o in ending.items() if o == EARLIEST)):
+        raise ConfigError(f"option 'endingOffsets' can't be -2 (earliest) for a batch read (spark.read): "
+                          f"{', '.join(map(str, earliest))}")
+    if settings.snapshot_path is not None:
+        raise ConfigError("option 'snapshot.path' is for streaming queries (spark.readStream); a batch read reads "
+                          "Kafka only")
 
 
 def _check_subscription(chosen: Mapping[str, Any]) -> None:

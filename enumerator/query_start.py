@@ -60,14 +60,14 @@ class StartingOffsets:
             return self._for_timestamps("startingTimestamp", {b: settings.starting_timestamp for b in buckets})
         if settings.starting_offsets_by_timestamp is not None:
             by_timestamp = settings.starting_offsets_by_timestamp
-            _check_covers("startingOffsetsByTimestamp", by_timestamp, buckets)
+            check_covers("startingOffsetsByTimestamp", by_timestamp, buckets)
             return self._for_timestamps("startingOffsetsByTimestamp", {b: by_timestamp[b] for b in buckets})
         starting = settings.starting_offsets
         if starting is StartingPoint.EARLIEST:
             return self._client.earliest_offsets(buckets)
         if starting is StartingPoint.LATEST:
             return self._client.latest_offsets(buckets)
-        _check_covers("startingOffsets", starting, buckets)
+        check_covers("startingOffsets", starting, buckets)
         return self._specific({b: starting[b] for b in buckets})
 
     def _specific(self, requested: Mapping[Bucket, int]) -> dict[Bucket, int]:
@@ -153,7 +153,9 @@ class StartingOffsets:
         return earliest
 
 
-def _check_covers(option: str, given: Mapping[Bucket, int], buckets: set[Bucket]) -> None:
+def check_covers(option: str, given: Mapping[Bucket, int], buckets: set[Bucket]) -> None:
+    """Raise :class:`ConfigError` unless ``given`` names exactly ``buckets`` (Spark: every
+    subscribed partition must be listed, and no other)."""
     missing = sorted(buckets - given.keys())
     extra = sorted(given.keys() - buckets)
     if missing:

@@ -97,7 +97,6 @@ def test_all_options_parse():
         ({**BASE, "kafka.value.deserializer": "x"}, "values are always returned as bytes"),
         ({**BASE, "kafka.interceptor.classes": "x"}, "interceptors can make the source misbehave"),
         ({**BASE, "kafka.isolation.level": "serializable"}, "must be 'read_uncommitted' or 'read_committed'"),
-        ({**BASE, "endingOffsets": "latest"}, "for batch queries only"),
         ({**BASE, "subscibe": "x"}, "unknown option 'subscibe'"),
         ({**BASE, "backlog.eventsTopic": "  "}, "option 'backlog.eventsTopic' must not be empty"),
         ({**BASE, "backlog.reenterLag": "-5"}, "option 'backlog.reenterLag' must be a positive"),
@@ -108,6 +107,35 @@ def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
     with pytest.raises(ConfigError) as raised:
         parse_options(options)
     assert fragment in str(raised.value)
+
+
+@pytest.mark.parametrize("option", ["endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"])
+def test_ending_options_are_refused_for_a_stream_and_accepted_until_the_kind_of_read_is_known(option):
+    value = {"endingOffsets": "latest", "endingTimestamp": "1700000000000",
+             "endingOffsetsByTimestamp": '{"a": {"0": 1700000000000}}'}[option]
+    with pytest.raises(ConfigError, match=f"option '{option}' is for batch queries only"):
+        parse_options({**BASE, option: value}, read="stream")
+    parse_options({**BASE, option: value})
+    parse_options({**BASE, option: value}, read="batch")
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"startingOffsets": "latest"}, "option 'startingOffsets' can't be 'latest' for a batch read"),
+    ({"startingOffsets": '{"a": {"0": -1}}'}, "option 'startingOffsets' can't be -1 (latest) for a batch read: a-0"),
+    ({"endingOffsets": "earliest"}, "option 'endingOffsets' can't be 'earliest' for a batch read"),
+    ({"endingOffsets": '{"a": {"0": 5, "1": -2}}'}, "option 'endingOffsets' can't be -2 (earliest) for a batch read"),
+    ({"endingOffsets": '{"a": {"0": -3}}'}, "offset -3 for a-0 is not allowed"),
+    ({"snapshot.path": "/s"}, "option 'snapshot.path' is for streaming queries"),
+])
+def test_a_batch_read_refuses_what_sparks_batch_read_refuses(options, fragment):
+    with pytest.raises(ConfigError) as raised:
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **options}, read="batch")
+    assert fragment in str(raised.value).replace(" (spark.read)", "")
+
+
+def test_a_batch_read_starts_at_the_earliest_offsets_by_default():
+    assert parse_options({**BASE}, read="batch").starting_offsets is StartingPoint.EARLIEST
+    assert parse_options({**BASE}).starting_offsets is StartingPoint.LATEST
 
 
 SECRET = "s3cr3t-Value"
