@@ -8,4 +8,4 @@ other package of the project; ``split``, ``events``, ``enumerator``, ``reader`` 
 """
 
 #: The package version; also the instrumentation scope version of exported spans.
-__version__ = "0.2.0"
+__version__ = "0.3.0"
