@@ -143,18 +143,19 @@ def _bucket_map(raw: str, example: str, allow: str) -> dict[Bucket, int]:
     return result
 
 
-def _starting_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
+def _offsets_option(raw: Any, sentinels: str) -> StartingPoint | dict[Bucket, int]:
+    """``earliest``, ``latest`` or a JSON object of offsets where -2 is earliest and -1 is
+    latest: the shape of ``startingOffsets`` and ``endingOffsets`` (``sentinels`` says which
+    words and sentinels the option allows, for the message)."""
     if isinstance(raw, (StartingPoint, dict)):
         return raw
     text = str(raw).strip()
     if text.lower() in ("earliest", "latest"):
         return StartingPoint(text.lower())
+    example = '{"topicA":{"0":23,"1":-1}}'
     if not text.startswith("{"):
-        raise ValueError(
-            'must be \'earliest\', \'latest\' or a JSON object such as {"topicA":{"0":23,"1":-1}} '
-            f"(-2 = earliest, -1 = latest), got {raw!r}"
-        )
-    offsets = _bucket_map(text, '{"topicA":{"0":23,"1":-1}}', "an offset >= 0, -1 for latest or -2 for earliest")
+        raise ValueError(f"must be {sentinels}, got {raw!r}")
+    offsets = _bucket_map(text, example, "an offset >= 0, -1 for latest or -2 for earliest")
     for bucket, offset in offsets.items():
         if offset < EARLIEST:
             raise ValueError(
@@ -163,25 +164,15 @@ def _starting_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
     return offsets
 
 
+def _starting_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
+    return _offsets_option(
+        raw, '\'earliest\', \'latest\' or a JSON object such as {"topicA":{"0":23,"1":-1}} (-2 = earliest, -1 = latest)')
+
+
 def _ending_offsets(raw: Any) -> StartingPoint | dict[Bucket, int]:
-    """``endingOffsets`` (batch reads): ``latest``, or a JSON object whose values are offsets
-    or -1 for latest (``earliest`` and -2 are refused by :func:`check_batch_range`, as Spark
-    refuses them)."""
-    if isinstance(raw, (StartingPoint, dict)):
-        return raw
-    text = str(raw).strip()
-    if text.lower() in ("earliest", "latest"):
-        return StartingPoint(text.lower())
-    if not text.startswith("{"):
-        raise ValueError(
-            'must be \'latest\' or a JSON object such as {"topicA":{"0":23,"1":-1}} (-1 = latest), '
-            f"got {raw!r}"
-        )
-    offsets = _bucket_map(text, '{"topicA":{"0":23,"1":-1}}', "an offset >= 0 or -1 for latest")
-    for bucket, offset in offsets.items():
-        if offset < EARLIEST:
-            raise ValueError(f"offset {offset} for {bucket} is not allowed; use an offset >= 0 or -1 for latest")
-    return offsets
+    """``endingOffsets`` (batch reads): ``latest``, or a JSON object of offsets where -1 is
+    latest; ``earliest`` and -2 are refused by :func:`check_batch_range`, as Spark refuses them."""
+    return _offsets_option(raw, '\'latest\' or a JSON object such as {"topicA":{"0":23,"1":-1}} (-1 = latest)')
 
 
 def _offsets_by_timestamp(raw: Any) -> dict[Bucket, int]:

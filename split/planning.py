@@ -9,7 +9,7 @@ compare the result with Spark's Kafka source, the arithmetic is Spark's (cited p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from backlog_source.core.buckets import Bucket
@@ -86,20 +86,12 @@ def rate_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_re
     """
     if max_records <= 0:
         raise ValueError(f"max_records must be positive, got {max_records}")
-    available = {b: n for b, n in lag(start, latest).items() if n > 0}
-    total = sum(available.values())
-    if total == 0:
-        return {bucket: max(start[bucket], latest.get(bucket, start[bucket])) for bucket in start}
-    end = {}
-    for bucket, position in start.items():
-        size = available.get(bucket)
-        if size is None:
-            end[bucket] = max(position, latest.get(bucket, position))
-            continue
+
+    def share(size: int, total: float, _bucket: Bucket) -> int:
         prorate = max_records * (size / total)
-        share = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
-        end[bucket] = min(position + size, position + share)
-    return end
+        return math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+
+    return _shared(start, latest, {}, share)
 
 
 def byte_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_bytes: int,
@@ -112,18 +104,28 @@ def byte_limit(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], max_by
     measured."""
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    weight = {b: max(bytes_per_offset.get(b, default_bytes_per_offset), 1e-9) for b in start}
+
+    def share(size: int, total: float, bucket: Bucket) -> int:
+        return max(1, math.floor(max_bytes * (size * weight[bucket] / total) / weight[bucket]))
+
+    return _shared(start, latest, weight, share)
+
+
+def _shared(start: Mapping[Bucket, int], latest: Mapping[Bucket, int], weight: Mapping[Bucket, float],
+            share: Callable[[int, float, Bucket], int]) -> dict[Bucket, int]:
+    """End positions where each lagging bucket reads ``share(lag, totalWeightedLag, bucket)``
+    offsets (lag weighted by ``weight``, 1 where absent), never past its latest offset; a
+    bucket without lag ends at its latest offset; with no lag at all, every bucket does."""
     available = {b: n for b, n in lag(start, latest).items() if n > 0}
-    weight = {b: max(bytes_per_offset.get(b, default_bytes_per_offset), 1e-9) for b in available}
-    total = sum(available[b] * weight[b] for b in available)
+    total = sum(n * weight.get(b, 1.0) for b, n in available.items())
     end = {}
     for bucket, position in start.items():
         size = available.get(bucket)
-        if size is None:
+        if size is None or total == 0:
             end[bucket] = max(position, latest.get(bucket, position))
             continue
-        share_bytes = max_bytes * (size * weight[bucket] / total) if total else max_bytes
-        offsets = max(1, math.floor(share_bytes / weight[bucket]))
-        end[bucket] = min(position + size, position + offsets)
+        end[bucket] = min(position + size, position + share(size, total, bucket))
     return end
 
 

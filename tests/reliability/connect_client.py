@@ -10,22 +10,29 @@ import sys
 import time
 
 
-def main() -> None:
-    url, bootstrap, topic, switched_topic, work = sys.argv[1:6]
+def connect_session(url: str, timeout_s: float = 120):
+    """A Spark Connect session to ``url``, once the server answers (it takes a while to
+    listen after it starts); raises what the last attempt raised after ``timeout_s``."""
     from pyspark.sql import SparkSession
 
-    from backlog_source import BacklogDataSource, BacklogModeListener, start_backlog_aware
-
-    deadline = time.time() + 120
-    while True:  # the server takes a while to listen
+    deadline = time.time() + timeout_s
+    while True:
         try:
             spark = SparkSession.builder.remote(url).getOrCreate()
             spark.range(1).collect()
-            break
+            return spark
         except Exception:
             if time.time() > deadline:
                 raise
             time.sleep(2)
+
+
+def main() -> None:
+    url, bootstrap, topic, switched_topic, work = sys.argv[1:6]
+
+    from backlog_source import BacklogDataSource, BacklogModeListener, start_backlog_aware
+
+    spark = connect_session(url)
     report: dict = {"session": type(spark).__module__}
     spark.dataSource.register(BacklogDataSource)  # runs in the server's Python workers
 

@@ -98,22 +98,12 @@ def main() -> None:
 
     url, bootstrap, topic, work, seed = sys.argv[1:6]
     mode = sys.argv[6] if len(sys.argv) > 6 else "rounds"
-    from pyspark.sql import SparkSession
-
     from backlog_source import BacklogDataSource, start_backlog_aware
     from backlog_source.demo.traffic import LiveProducer
+    from tests.reliability.connect_client import connect_session
     from backlog_source.mode_switch.session_listener import SessionListener
 
-    deadline = time.time() + 120
-    while True:  # the server takes a while to listen
-        try:
-            spark = SparkSession.builder.remote(url).getOrCreate()
-            spark.range(1).collect()
-            break
-        except Exception:
-            if time.time() > deadline:
-                raise
-            time.sleep(2)
+    spark = connect_session(url)
     report: dict = {"session": type(spark).__module__, "seed": int(seed), "rounds": []}
     spark.dataSource.register(BacklogDataSource)
     if mode == "exit-without-session-stop":
