@@ -312,7 +312,9 @@ class FakeSpark:
 
     def __init__(self) -> None:
         self.listeners: list = []
-        self.streams = SimpleNamespace(addListener=self.listeners.append, removeListener=self.listeners.remove)
+        self.queries: dict[str, object] = {}  # what streams.get(id) finds
+        self.streams = SimpleNamespace(addListener=self.listeners.append, removeListener=self.listeners.remove,
+                                       get=self.queries.get)
 
     def post(self, event) -> None:
         for listener in list(self.listeners):
@@ -350,8 +352,16 @@ class FakeInPlaceSwitcher:
         self._intervals_ms = dict(intervals_ms)
         self.applied: list[int] = []
 
-    def attach(self, current: Mode, *, cancelled=lambda: False) -> bool:
+    def attach(self, current: Mode, *, cancelled=lambda: False, clock=None, sleep=None) -> bool:
         return True
+
+    def adopt(self, *, cancelled=lambda: False, clock=None, sleep=None) -> int | None:
+        """The interval the fake query runs with; raises ModeSwitchError for a query marked
+        ``in_place_refused`` (a trigger other than processing time)."""
+        refused = getattr(self.query, "in_place_refused", None)
+        if refused:
+            raise ModeSwitchError(refused)
+        return self.query.interval_ms
 
     def switch(self, to: Mode) -> Switched:
         self.applied.append(self._intervals_ms[to])
@@ -842,7 +852,7 @@ class SignallingSwitcher(FakeInPlaceSwitcher):
 class RefusedAttach(FakeInPlaceSwitcher):
     """An in-place switcher whose running executor fails the checks."""
 
-    def attach(self, current, *, cancelled=lambda: False):
+    def attach(self, current, *, cancelled=lambda: False, clock=None, sleep=None):
         raise ModeSwitchError("the trigger executor is a x.Other, not a ProcessingTimeExecutor")
 
 

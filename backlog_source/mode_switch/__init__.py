@@ -1,6 +1,8 @@
 """Switch a running query's trigger between high-throughput and low-latency with its backlog.
 
-:func:`start_backlog_aware` (in :mod:`.start`) starts the query and returns a
+:func:`install` (in :mod:`.install`), called once at job bootstrap, makes every backlog query
+of the session switch in place, however it was started; :func:`start_backlog_aware` (in
+:mod:`.start`) starts the query and returns a
 :class:`BacklogAwareQuery` handle (:mod:`.controller`, with the :class:`ModeController`
 that decides); :class:`BacklogModeListener` (:mod:`.listener`) is the
 ``StreamingQueryListener`` that reads the backlog flag; :mod:`.session_listener` keeps one
@@ -11,9 +13,10 @@ switches are made, :mod:`.switchers` makes them, in place or by a restart;
 """
 
 from backlog_source.mode_switch.controller import BacklogAwareQuery, StopTimeoutError, Transition
+from backlog_source.mode_switch.install import SessionModeSwitch, install
 from backlog_source.mode_switch.listener import BacklogModeListener, Mode, backlog_flag
 from backlog_source.mode_switch.start import start_backlog_aware
 from backlog_source.mode_switch.switchers import SwitchMethod
 
-__all__ = ["BacklogAwareQuery", "BacklogModeListener", "Mode", "StopTimeoutError", "SwitchMethod", "Transition",
-           "backlog_flag", "start_backlog_aware"]
+__all__ = ["BacklogAwareQuery", "BacklogModeListener", "Mode", "SessionModeSwitch", "StopTimeoutError", "SwitchMethod",
+           "Transition", "backlog_flag", "install", "start_backlog_aware"]

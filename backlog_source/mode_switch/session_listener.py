@@ -31,8 +31,8 @@ that created it is. The old handle's ``removeListener`` ended that thread; a lis
 registered keeps it, and a non-daemon one would keep the user's program from exiting unless
 it calls ``spark.stop()``. Registered from a daemon thread, it does not.
 
-``backlog_source.install(spark, ...)`` (issue 33, item 1, not built yet) is meant to attach
-one receiver for every query of the session (``attach(spark, receiver)`` with no query id);
+``backlog_source.install(spark, ...)`` attaches one receiver for every query of the session
+(``attach(spark, receiver)`` with no query id) and leaves the queries a handle follows alone;
 ``start_backlog_aware`` attaches its handle for all queries until its query has started, then
 follows that query's id (the id is kept in the checkpoint, so a restart-method switch keeps
 it).
@@ -169,6 +169,12 @@ class SessionListener:
         """Whether some receiver wants ``query_id``'s messages."""
         with self._routes:
             return bool(self._everything) or query_id in self._by_query
+
+    def followed_alone(self, query_id: str) -> bool:
+        """Whether a receiver follows ``query_id`` by its id (a ``start_backlog_aware``
+        handle): a session-wide receiver (``install``) leaves such a query to it."""
+        with self._routes:
+            return query_id in self._by_query
 
     def receive(self, message: Any) -> None:
         """Called by the listener on Spark's listener thread (classic) or the Connect client's

@@ -137,12 +137,28 @@ class InPlaceSwitcher:
         is stopping) before the executor appeared. Raises :class:`ModeSwitchError` saying
         which check failed, or that the executor did not appear within 30 s."""
         interval_ms = self._intervals_ms[current]
+        held_ms = self.adopt(cancelled=cancelled, clock=clock, sleep=sleep)
+        if held_ms is None:
+            return False
+        if held_ms != interval_ms:
+            self._executor = None
+            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} holds {held_ms} ms, not the trigger's {interval_ms} ms")
+        self.switch(current)  # a write that must read back, before any switch depends on it
+        return True
+
+    def adopt(self, *, cancelled: Callable[[], bool] = lambda: False,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int | None:
+        """Attach to the query's trigger executor whatever interval it holds (a query the user
+        started with a trigger of their own: ``install``); returns that interval in ms, or
+        None when the query ended or ``cancelled()`` before the executor appeared. Raises
+        :class:`ModeSwitchError` as :meth:`attach` does (a query with another trigger, such
+        as ``availableNow``, has another executor class)."""
         streaming_query = _java_query(self.query)
         deadline = clock() + EXECUTOR_WAIT_S
         executor = streaming_query.triggerExecutor()
         while executor is None:
             if cancelled() or not streaming_query.isActive():
-                return False
+                return None
             if clock() >= deadline:
                 raise ModeSwitchError(f"the query's trigger executor did not appear within {EXECUTOR_WAIT_S:.0f} s")
             sleep(0.01)
@@ -154,11 +170,8 @@ class InPlaceSwitcher:
             held_ms = int(self._field.getLong(executor))
         except Exception as exc:
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} cannot be read: {_first_line(exc)}") from None
-        if held_ms != interval_ms:
-            raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} holds {held_ms} ms, not the trigger's {interval_ms} ms")
         self._executor = executor
-        self.switch(current)  # a write that must read back, before any switch depends on it
-        return True
+        return held_ms
 
     def switch(self, to: Mode) -> Switched:
         """Write ``to``'s interval and read it back; in effect from the next trigger."""

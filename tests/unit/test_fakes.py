@@ -10,6 +10,10 @@ import inspect
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
+from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
+from pyspark.sql.connect.streaming.query import StreamingQueryListenerBus as ConnectListenerBus
+from pyspark.sql.connect.streaming.query import StreamingQueryManager as ConnectStreamingQueryManager
+from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectDataStreamWriter
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient, OffsetsClient
@@ -17,7 +21,7 @@ from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from backlog_source.mode_switch.controller import BacklogAwareQuery
 from backlog_source.mode_switch.policy import SwitchPolicy
-from backlog_source.mode_switch.switchers import TriggerSwitcher
+from backlog_source.mode_switch.switchers import InPlaceSwitcher
 from tests import fakes
 
 #: (fake, the real classes it stands in for, methods only tests call: scripting the fake)
@@ -30,12 +34,18 @@ PAIRS = [
     (fakes.FakeAdmin, (AdminClient,), set()),
     (fakes.FakeQuery, (StreamingQuery,), set()),
     (fakes.FakeWriter, (DataStreamWriter,), set()),
-    (fakes.FakeInPlaceSwitcher, (TriggerSwitcher,), set()),
-    (fakes.RefusedAttach, (TriggerSwitcher,), set()),
-    (fakes.HeldSwitcher, (TriggerSwitcher,), set()),
+    (fakes.FakeInPlaceSwitcher, (InPlaceSwitcher,), set()),
+    (fakes.RefusedAttach, (InPlaceSwitcher,), set()),
+    (fakes.HeldSwitcher, (InPlaceSwitcher,), set()),
     (fakes.ChosenPolicy, (SwitchPolicy,), set()),
     (fakes.BackToBackQuery, (StreamingQuery,), set()),
     (fakes.RecordingReceiver, (BacklogAwareQuery,), set()),
+    (fakes.FakeConnectListenerBus, (ConnectListenerBus,), {"server_post", "fail_stream", "hold", "release", "abandon"}),
+    (fakes.FakeConnectStreams, (ConnectStreamingQueryManager,), set()),
+    (fakes.FakeConnectQuery, (StreamingQuery, ConnectStreamingQuery), set()),
+    (fakes.FakeConnectWriter, (DataStreamWriter, ConnectDataStreamWriter), {"wait_started"}),
+    (fakes.SignallingSwitcher, (InPlaceSwitcher,), set()),
+    (fakes.WaitingReceiver, (BacklogAwareQuery,), {"wait_messages"}),
 ]
 
 

@@ -14,19 +14,13 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 from pyspark.sql.connect.streaming.query import StreamingQueryListenerBus
-from pyspark.sql.connect.streaming.query import StreamingQueryManager as ConnectStreamingQueryManager
-from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectDataStreamWriter
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch import BacklogModeListener
 from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import SessionListener
-from backlog_source.mode_switch.switchers import TriggerSwitcher
-from tests import fakes
 from tests.fakes import (
     ChosenPolicy,
     FakeConnectSession,
@@ -39,7 +33,6 @@ from tests.fakes import (
     source,
     terminated_event,
 )
-from tests.unit import test_fakes as fake_checks
 
 WAIT_S = 10.0  # bound of every wait for something that must happen
 
@@ -70,24 +63,6 @@ def test_installed_pyspark_connect_bus_starts_its_event_thread_without_choosing_
     tree = ast.parse(textwrap.dedent(inspect.getsource(StreamingQueryListenerBus.append)))
     (thread,) = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == "Thread"]
     assert "daemon" not in {keyword.arg for keyword in thread.keywords}
-
-
-#: The fakes these tests add, checked as tests/unit/test_fakes.py checks every fake (its
-#: check, run here on these pairs): (fake, the real classes it stands in for, test-only methods).
-PAIRS = [
-    (fakes.FakeConnectListenerBus, (StreamingQueryListenerBus,), {"server_post", "fail_stream", "hold", "release",
-                                                                  "abandon"}),
-    (fakes.FakeConnectStreams, (ConnectStreamingQueryManager,), set()),
-    (fakes.FakeConnectQuery, (StreamingQuery, ConnectStreamingQuery), set()),
-    (fakes.FakeConnectWriter, (DataStreamWriter, ConnectDataStreamWriter), {"wait_started"}),
-    (fakes.SignallingSwitcher, (TriggerSwitcher,), set()),
-    (fakes.WaitingReceiver, (BacklogAwareQuery,), {"wait_messages"}),
-]
-
-
-@pytest.mark.parametrize("fake, reals, test_only", PAIRS, ids=lambda v: getattr(v, "__name__", ""))
-def test_each_added_fake_offers_only_the_real_api_and_accepts_its_parameters(fake, reals, test_only):
-    fake_checks.test_each_fake_offers_only_the_real_api_and_accepts_its_parameters(fake, reals, test_only)
 
 
 class Listening:

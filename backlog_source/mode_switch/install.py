@@ -1,0 +1,204 @@
+"""``install``: one call at job bootstrap, and every backlog query of the session switches its
+trigger with the backlog, however it was started.
+
+The design card registers the listener in the job's bootstrap: a job with several queries,
+or one whose queries a framework starts with the plain ``writeStream...trigger(processingTime
+=...).start()``, says once which intervals it wants. :func:`install` attaches one receiver,
+:class:`SessionModeSwitch`, to the session's listener (:mod:`.session_listener`) for every
+query of the session; the first progress event of a query that reads ``format("backlog")``
+adopts it, whether it started before or after ``install``, and from then on its trigger
+interval follows the ``processing_backlog`` flag, in place. Queries that read no
+``format("backlog")`` source never produce such an event and are never touched; a query a
+:func:`~backlog_source.mode_switch.start_backlog_aware` handle follows is left to it.
+
+Which process: the user's driver program. The listener thread only queues messages; one
+daemon thread per installation (``backlog-mode-install``) adopts queries and switches them.
+
+In place only: a query started by the user has no writer this package could restart it
+from. So a query whose running trigger executor cannot be switched in place (Spark Connect,
+whose client holds no JVM objects; a trigger other than a processing-time one, such as
+``availableNow``) is logged once and left as it runs; start such a query with
+``start_backlog_aware``, which can switch by restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backlog_source.core.durations import duration_ms
+from backlog_source.core.errors import ModeSwitchError
+from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
+from backlog_source.mode_switch.session_listener import Attachment, SessionListener
+from backlog_source.mode_switch.switchers import InPlaceSwitcher
+
+log = logging.getLogger(__name__)
+
+#: How long :meth:`SessionModeSwitch.uninstall` waits for the installation's thread.
+UNINSTALL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A query an installation switches: its run, the interval it had when adopted, and the
+    mode it is in now."""
+
+    run_id: str
+    started_interval_ms: int
+    mode: Mode
+
+
+class _Stop:
+    """Ends the installation's thread."""
+
+
+class SessionModeSwitch:
+    """The receiver :func:`install` attaches for every query of a session (see the module
+    docstring). ``adopted`` and ``skipped`` may be read from any thread."""
+
+    def __init__(self, spark: Any, intervals_ms: Mapping[Mode, int], *,
+                 session_listener: SessionListener | None = None,
+                 switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare) -> None:
+        """``session_listener`` and ``switcher_of`` are replaced by unit tests only."""
+        self._spark = spark
+        self._intervals_ms = dict(intervals_ms)
+        self._session_listener = session_listener or SessionListener.of(spark)
+        self._switcher_of = switcher_of
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._lock = threading.Lock()
+        self._adopted: dict[str, Adopted] = {}
+        self._switchers: dict[str, Any] = {}
+        self._skipped: dict[str, str] = {}  # run id -> why that run is left as it runs
+        self._attachment: Attachment | None = None
+        self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
+
+    @property
+    def adopted(self) -> dict[str, Adopted]:
+        with self._lock:
+            return dict(self._adopted)
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._skipped)
+
+    def start(self) -> "SessionModeSwitch":
+        self._thread.start()
+        self._attachment = self._session_listener.attach(self._spark, self)
+        return self
+
+    def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None:
+        """Spark's listener thread (or the Connect client's event thread): queue, never block."""
+        self._inbox.put(message)
+
+    def uninstall(self, timeout: float = UNINSTALL_TIMEOUT_S) -> None:
+        """Stop switching: detach from the session's listener (never ``removeListener``: see
+        :mod:`.session_listener`) and end the thread. Queries keep the interval they run
+        with now. Raises :class:`ModeSwitchError` if the thread did not end in time."""
+        if self._attachment is not None:
+            self._attachment.detach()
+        self._inbox.put(_Stop())
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise ModeSwitchError(f"the backlog mode installation did not stop within {timeout:g} s")
+
+    # -- the installation's thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            message = self._inbox.get()
+            if isinstance(message, _Stop):
+                return
+            try:
+                self.handle(message)
+            except Exception:  # one query's trouble must not end the others' switching
+                log.exception("install(): handling %s failed", message)
+
+    def handle(self, message: Any) -> None:
+        """One message, on the installation's thread (unit tests call it directly)."""
+        if isinstance(message, QueryTerminated):
+            with self._lock:
+                self._adopted.pop(message.query_id, None)
+            self._switchers.pop(message.query_id, None)
+            return
+        if not isinstance(message, BatchCommitted):
+            return
+        query_id = message.query_id
+        if self._session_listener.followed_alone(query_id):
+            return  # a start_backlog_aware handle switches it
+        with self._lock:
+            adopted = self._adopted.get(query_id)
+            skipped = message.run_id in self._skipped
+        if adopted is None or adopted.run_id != message.run_id:
+            if skipped:
+                return
+            adopted = self._adopt(message)
+            if adopted is None:
+                return
+        wanted = Mode.for_backlog(message.processing_backlog)
+        if wanted is adopted.mode:
+            return
+        self._switchers[query_id].switch(wanted)
+        with self._lock:
+            self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted)
+        log.info("install(): query %s switched to %s (%d ms trigger) after batch %d", query_id, wanted.value,
+                 self._intervals_ms[wanted], message.batch_id)
+
+    def _adopt(self, message: BatchCommitted) -> Adopted | None:
+        """Take a backlog query over: its running trigger executor, whatever interval the
+        user gave it; None (and logged once) when it cannot be switched in place."""
+        query_id = message.query_id
+        query = self._spark.streams.get(query_id)
+        if query is None:
+            return None  # stopped meanwhile
+        try:
+            switcher = self._switcher_of(query, self._intervals_ms)
+            held_ms = switcher.adopt()
+        except ModeSwitchError as exc:
+            self._skip(message, f"it cannot be switched in place ({exc})")
+            return None
+        except Exception as exc:  # Spark Connect: no JVM object behind the query
+            self._skip(message, f"it cannot be switched in place ({type(exc).__name__}: {exc})")
+            return None
+        if held_ms is None:
+            return None
+        # The mode the query runs in now: the interval it holds, if it is one of ours.
+        current = next((m for m, ms in self._intervals_ms.items() if ms == held_ms), None)
+        adopted = Adopted(message.run_id, held_ms, current if current is not None else _other(
+            Mode.for_backlog(message.processing_backlog)))
+        self._switchers[query_id] = switcher
+        with self._lock:
+            self._adopted[query_id] = adopted
+        log.info("install(): query %s (trigger %d ms) now switches with its backlog", query_id, held_ms)
+        return adopted
+
+    def _skip(self, message: BatchCommitted, why: str) -> None:
+        with self._lock:
+            self._skipped[message.run_id] = why
+        log.warning("install(): query %s (run %s) keeps its trigger: %s. Start it with start_backlog_aware to "
+                    "switch it by restart", message.query_id, message.run_id, why)
+
+
+def _other(mode: Mode) -> Mode:
+    """The mode that is not ``mode``: an adopted query whose interval is none of ours is
+    switched to the mode its backlog calls for at once."""
+    return Mode.LOW_LATENCY if mode is Mode.HIGH_THROUGHPUT else Mode.HIGH_THROUGHPUT
+
+
+def install(spark: Any, high_throughput_interval: str = "0 seconds",
+            low_latency_interval: str = "1 second") -> SessionModeSwitch:
+    """At job bootstrap: from now on, every query of ``spark`` that reads ``format("backlog")``
+    and runs with a processing-time trigger switches between ``high_throughput_interval``
+    (while processing backlog) and ``low_latency_interval``, in place, including queries
+    already running. Returns the installation; ``uninstall()`` ends it (queries keep the
+    interval they run with). Raises :class:`~backlog_source.core.errors.ConfigError` for an
+    interval that is not a duration."""
+    intervals = {Mode.HIGH_THROUGHPUT: duration_ms("high_throughput_interval", high_throughput_interval,
+                                                   bare_number_unit=None),
+                 Mode.LOW_LATENCY: duration_ms("low_latency_interval", low_latency_interval, bare_number_unit=None)}
+    return SessionModeSwitch(spark, intervals).start()

@@ -1,0 +1,107 @@
+"""install(): every backlog query of a session switches with its backlog, with fakes."""
+
+import logging
+
+import pytest
+
+from backlog_source.core.errors import ConfigError
+from backlog_source.mode_switch.install import SessionModeSwitch, install
+from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated
+from backlog_source.mode_switch.session_listener import SessionListener
+from tests.fakes import FakeInPlaceSwitcher, FakeQuery, FakeSpark
+
+INTERVALS = {Mode.HIGH_THROUGHPUT: 0, Mode.LOW_LATENCY: 1_000}
+
+
+def installed(spark):
+    routes = SessionListener()
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=routes,
+                               switcher_of=lambda query, intervals: FakeInPlaceSwitcher(query, intervals))
+    return switch, routes
+
+
+def query(spark, query_id, interval_ms):
+    q = FakeQuery(spark, interval_ms)
+    q.id = query_id
+    spark.queries[query_id] = q
+    return q
+
+
+def committed(q, batch_id, backlog):
+    return BatchCommitted(q.id, q.runId, batch_id, backlog, 0)
+
+
+def test_a_backlog_query_started_with_its_own_trigger_is_adopted_and_switches_with_its_backlog():
+    spark = FakeSpark()
+    switch, _ = installed(spark)
+    q = query(spark, "orders", 5_000)
+    switch.handle(committed(q, 0, True))  # adopted; its 5 s is none of ours: high-throughput at once
+    assert q.interval_ms == 0 and switch.adopted["orders"].mode is Mode.HIGH_THROUGHPUT
+    assert switch.adopted["orders"].started_interval_ms == 5_000
+    switch.handle(committed(q, 1, True))
+    switch.handle(committed(q, 2, False))
+    assert q.interval_ms == 1_000 and switch.adopted["orders"].mode is Mode.LOW_LATENCY
+    switch.handle(committed(q, 3, True))  # a burst: back to high throughput
+    assert q.interval_ms == 0
+
+
+def test_several_queries_switch_independently_and_a_query_a_handle_follows_is_left_to_it():
+    spark = FakeSpark()
+    switch, routes = installed(spark)
+    a, b, handled = query(spark, "a", 1_000), query(spark, "b", 1_000), query(spark, "h", 1_000)
+
+    class Handle:
+        def receive(self, message):
+            pass
+
+    routes.attach(spark, Handle()).follow("h")
+    switch.handle(committed(a, 0, True))
+    switch.handle(committed(b, 0, False))
+    switch.handle(committed(handled, 0, True))
+    assert (a.interval_ms, b.interval_ms, handled.interval_ms) == (0, 1_000, 1_000)
+    assert set(switch.adopted) == {"a", "b"}
+
+
+def test_a_query_that_cannot_switch_in_place_keeps_its_trigger_with_one_warning_until_a_new_run(caplog):
+    spark = FakeSpark()
+    switch, _ = installed(spark)
+    q = query(spark, "once", 1_000)
+    q.in_place_refused = "the trigger executor is a MultiBatchExecutor, not a ProcessingTimeExecutor"
+    with caplog.at_level(logging.WARNING):
+        switch.handle(committed(q, 0, True))
+        switch.handle(committed(q, 1, True))
+    assert caplog.text.count("keeps its trigger") == 1 and "start_backlog_aware" in caplog.text
+    assert q.interval_ms == 1_000 and "once" not in switch.adopted
+    # The user restarts it with a processing-time trigger: the new run is adopted.
+    switch.handle(QueryTerminated(q.id, q.runId, None))
+    q.runId, q.in_place_refused = "run-new", None
+    switch.handle(committed(q, 2, True))
+    assert q.interval_ms == 0
+
+
+def test_a_query_restarted_by_the_user_is_adopted_again_in_its_new_run():
+    spark = FakeSpark()
+    switch, _ = installed(spark)
+    q = query(spark, "orders", 1_000)
+    switch.handle(committed(q, 0, False))
+    assert switch.adopted["orders"].mode is Mode.LOW_LATENCY
+    switch.handle(QueryTerminated(q.id, q.runId, None))
+    assert "orders" not in switch.adopted
+    restarted = query(spark, "orders", 2_000)  # same id (its checkpoint), new run, new trigger
+    switch.handle(committed(restarted, 5, True))
+    assert restarted.interval_ms == 0 and switch.adopted["orders"].run_id == restarted.runId
+
+
+def test_install_registers_once_and_uninstall_leaves_the_listener_registered_and_queries_as_they_run():
+    spark = FakeSpark()
+    first = install(spark, "0 seconds", "2 seconds")
+    second = install(spark, "0 seconds", "2 seconds")
+    assert len(spark.listeners) == 1  # one listener for the session, whatever installs it
+    first.uninstall()
+    second.uninstall()
+    assert len(spark.listeners) == 1
+
+
+def test_intervals_must_be_durations():
+    with pytest.raises(ConfigError, match="low_latency_interval must be a duration"):
+        install(FakeSpark(), "0 seconds", "soon")
