@@ -147,7 +147,10 @@ class BacklogBatchReader(DataSourceReader):
             reads = batch_reads(settings, client)
         finally:
             client.close()
-        return [s for s in plan_splits(reads, settings) if not isinstance(s, KafkaSplit) or s.ranges]
+        splits = [s for s in plan_splits(reads, settings) if not isinstance(s, KafkaSplit) or s.ranges]
+        # Nothing to read: one split of no range (PySpark replaces an empty list with a bare
+        # InputPartition, which no reader of ours could read).
+        return splits or [KafkaSplit(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         freeze_once()

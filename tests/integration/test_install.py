@@ -8,7 +8,7 @@ import pytest
 
 from backlog_source import install
 from backlog_source.mode_switch import Mode
-from tests.integration.helpers import make_topic, reader, wait_for
+from tests.integration.helpers import fill, make_topic, reader, wait_for
 from tests.integration.test_mode_switch import spark_trigger_interval_ms
 
 pytestmark = pytest.mark.integration
@@ -49,10 +49,12 @@ def test_every_backlog_query_switches_in_place_and_nothing_else_is_touched(spark
             assert installation.adopted[str(query.id)].started_interval_ms in (3_000, 0)
         assert str(other.id) not in installation.adopted and spark_trigger_interval_ms(other) == 3_000
 
-        # The user restarts a query on its checkpoint with its own trigger; new records wait.
+        # The user restarts a query on its checkpoint with its own trigger; records arrive (a
+        # new run reports its backlog flag with its first batch).
         after.stop()
         restarted = start(backlog_frame(spark, broker, topics[1]), tmp_path, "after", trigger="2 seconds")
         queries.append(restarted)
+        fill(broker, topics[1], 2, 10, start=3_000)
         wait_for(lambda: installation.adopted.get(str(restarted.id)) is not None
                  and installation.adopted[str(restarted.id)].run_id == str(restarted.runId)
                  and installation.adopted[str(restarted.id)].mode is Mode.LOW_LATENCY, 180,
