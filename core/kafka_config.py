@@ -44,10 +44,9 @@ class ClientRole(TextEnum):
 #: ``fetch.queue.backoff.ms``: once a partition's local queue holds ``queued.min.messages``
 #: (100k) or ``queued.max.messages.kbytes`` (64 MiB), librdkafka postpones its next fetch by
 #: this much, 1 s by default: a reader that drains the queue in a fraction of that waits out
-#: the rest. Measured on Apache Kafka (2.5M records of one partition, the reader alone,
-#: median of 3): 0.17M records/s at librdkafka's defaults; 0.93M/s with a 1M-message queue
-#: (this source's earlier default, ~450 MiB resident); 1.45M/s with a 10 ms backoff and the
-#: default queue (~210 MiB). librdkafka's documentation gives this remedy for ~1 s gaps.
+#: the rest. A 10 ms backoff keeps the default queue (and its memory) and the reader fed:
+#: librdkafka's documented remedy for such gaps, faster than a larger queue and smaller
+#: (figures: benchmarks/README.md, "Read throughput").
 #:
 #: ``isolation.level``: librdkafka's default is ``read_committed``, the Java client's (and so
 #: Spark's) ``read_uncommitted``. The driver plans to the high watermark unless the user asks
@@ -58,10 +57,9 @@ class ClientRole(TextEnum):
 #: ``fetch.wait.max.ms``: how long the broker may hold a fetch for records that do not exist
 #: yet (500 ms by default). A reader only asks for records that exist, so a held fetch is
 #: the one librdkafka sends on its own right after a range's last records, at the log end.
-#: Kept by the executors' consumer pool, that fetch made the consumer's next read wait until
-#: the broker gave up, whenever no record arrived on those partitions meanwhile (measured on
-#: Apache Kafka: the first fetch of a kept consumer 350-1,000 ms after a read of a quiet
-#: topic, against 2-20 ms; batches after a 2M drain of 0.5-1.0 s instead of 0.15 s).
+#: A consumer the executors' pool keeps would make its next read wait until the broker gives
+#: up whenever no record arrives on those partitions meanwhile: 10 ms bounds that wait
+#: (figures: benchmarks/README.md, "Consumer reuse").
 _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted"}
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {
     ClientRole.READER: _READ_DEFAULTS,

@@ -157,8 +157,8 @@ class ControlTopicReader:
         deadline = self._clock() + timeout_s
         while position < high and self._clock() < deadline:
             # consume() returns once it has that many messages or its wait is over: asking
-            # for no more than what remains returns as soon as the last event arrives (asking
-            # for 1,000 waited out the whole 0.2 s at every backlog phase end, measured).
+            # for no more than what remains returns as soon as the last event arrives; asking
+            # for more would wait out the whole wait at every backlog phase end.
             for message in consumer.consume(min(_CONSUME_BATCH, high - position), _CONSUME_WAIT_S):
                 error = message.error()
                 if error is None:

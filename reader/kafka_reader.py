@@ -70,8 +70,9 @@ _FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
 def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
     """``max.partition.fetch.bytes`` for a split: librdkafka's 1 MiB, or less for small
     ranges (1 KiB per record of the largest range rounded up to a power of two, at least
-    64 KiB). The first fetch of each partition is that size whatever the range needs:
-    measured, 8 partitions x 1 MiB took 25 ms where 125 records each needed 13 ms. A larger
+    64 KiB). The first fetch of each partition is that size whatever the range needs, so a
+    small range fetches small: a fetch of 1 MiB per partition costs a small live split about
+    twice its reading time (benchmarks/README.md). A larger
     record still arrives whole (the broker returns at least one record batch), in more round
     trips. Powers of two keep the kinds of reader settings few, so pooled consumers match
     the next split (the size is part of a consumer's settings)."""
@@ -95,7 +96,7 @@ def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while reading a split.
 
     Each consume() creates thousands of Message objects that survive into older GC
-    generations and trigger full collections: about 30% of the read time measured. They
+    generations and trigger full collections, a large share of the read time. They
     hold no reference cycles, so pausing collects nothing later than it would have been.
     Spark's Python worker runs one task at a time; the previous state is restored.
     """

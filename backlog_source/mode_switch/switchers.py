@@ -233,8 +233,7 @@ class RestartSwitcher:
         committed, or after the settle timeout.
 
         With back-to-back batches (a ``0 seconds`` interval) the trigger is never seen idle:
-        waiting for idle alone made every such switch wait the whole timeout (measured: 5 s
-        of a 5.1 s switch). Right after a batch commits the next one is at most planning,
+        waiting for idle alone would make every such switch wait the whole timeout. Right after a batch commits the next one is at most planning,
         and a stop there replays little (a stop mid-batch is replayed with the same offsets).
         """
         deadline = self._clock() + self._settle_timeout_s
