@@ -176,7 +176,7 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
             try:
                 wait_until(drained, args.timeout, f"{name}: the backlog was not drained")
             except (TimeoutError, RuntimeError) as exc:
-                failure = str(exc)[:500]
+                failure = str(exc)[-4000:]  # the root cause ends the text
             finally:
                 query.stop()
         files = sum(1 for _, _, names in os.walk(output) for n in names if n.endswith(".parquet"))

@@ -214,7 +214,10 @@ class SourceOffset:
             snapshots = tuple(SnapshotRead(bucket, start.snapshot.root, files, start.positions[bucket])
                               for bucket, files in sorted(start.snapshot.pending.items()) if bucket not in read_after)
             traceparents.update({s.bucket: t for s in snapshots if (t := bucket_traceparent(self.trace, s.bucket))})
-        return BatchReads(self.source_id, read_from, dict(self.positions), self.boundaries, traceparents, snapshots)
+        offsets = sum(self.positions[b] - read_from[b] for b in read_from)
+        per_offset = self.plan.bytes / offsets if self.plan is not None and self.plan.bytes and offsets > 0 else None
+        return BatchReads(self.source_id, read_from, dict(self.positions), self.boundaries, traceparents, snapshots,
+                          per_offset)
 
 
 # -- the backlog state and its transitions ------------------------------------------------

@@ -5,7 +5,7 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
-from backlog_source.split.batch_splits import plan_splits
+from backlog_source.split.batch_splits import TASK_BYTES, BatchReads, plan_splits
 from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
@@ -59,3 +59,13 @@ def test_a_batch_that_clears_a_pending_snapshot_reads_it_and_a_replay_plans_the_
     # Later batches plan no snapshot splits.
     later = SourceOffset("id", {A0: 130, A1: 50}, snapshot=SnapshotState("/snap", "s", {}))
     assert all(isinstance(s, KafkaSplit) for s in plan_splits(later.reads_since(end), DEFAULTS))
+
+
+def test_a_batch_of_large_records_is_packed_into_tasks_bounded_in_bytes():
+    buckets = [Bucket("t", p) for p in range(8)]
+    start = {b: 0 for b in buckets}
+    end = {b: 4_500 for b in buckets}  # 36,000 records: one task by count
+    assert len(plan_splits(BatchReads("s", start, end), DEFAULTS)) == 1
+    splits = plan_splits(BatchReads("s", start, end, bytes_per_offset=3_600.0), DEFAULTS)
+    assert len(splits) > 1
+    assert all(s.records * 3_600.0 <= TASK_BYTES for s in splits)
