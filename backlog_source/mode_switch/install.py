@@ -87,8 +87,14 @@ class SessionModeSwitch:
             return dict(self._skipped)
 
     def start(self) -> "SessionModeSwitch":
+        """Start the thread, then attach. Raises what attaching raises (the listener could
+        not be registered), with the thread ended again."""
         self._thread.start()
-        self._attachment = self._session_listener.attach(self._spark, self)
+        try:
+            self._attachment = self._session_listener.attach(self._spark, self)
+        except BaseException:
+            self._inbox.put(_Stop())
+            raise
         return self
 
     def receive(self, message: BatchCommitted | TriggerIdle | QueryTerminated) -> None:
