@@ -43,6 +43,8 @@ from backlog_source.mode_switch import (
     StopTimeoutError,
     SwitchMethod,
     Transition,
+    disable_metrics,
+    enable_metrics,
     install,
     start_backlog_aware,
 )
@@ -68,6 +70,8 @@ __all__ = [
     "SwitchMethod",
     "Transition",
     "__version__",
+    "disable_metrics",
+    "enable_metrics",
     "install",
     "lag_metrics",
     "parse_options",

@@ -1,9 +1,10 @@
-"""Test and demo tooling: a minimal OTLP/HTTP trace receiver on loopback.
+"""Test and demo tooling: a minimal OTLP/HTTP trace and metrics receiver on loopback.
 
-It accepts what OpenTelemetry's OTLP/HTTP exporters send (``POST /v1/traces``, protobuf,
-optionally gzip), decodes it with the ``opentelemetry-proto`` package, and keeps each span
-as a plain dict (optionally appending it to a JSONL file). Not a collector: no auth, no
-retries, loopback only.
+It accepts what OpenTelemetry's OTLP/HTTP exporters send (``POST /v1/traces`` and
+``POST /v1/metrics``, protobuf, optionally gzip), decodes it with the ``opentelemetry-proto``
+package, and keeps each span and each metric data point as a plain dict (spans optionally
+appended to a JSONL file, points to a second one). Not a collector: no auth, no retries,
+loopback only.
 
 Usage::
 
@@ -24,9 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 TRACES_PATH = "/v1/traces"
+METRICS_PATH = "/v1/metrics"
 
 
 def _value(any_value) -> Any:
@@ -72,14 +75,45 @@ def decode_spans(payload: bytes) -> list[dict[str, Any]]:
     return spans
 
 
+def decode_points(payload: bytes) -> list[dict[str, Any]]:
+    """The number data points of one ``ExportMetricsServiceRequest`` as dicts: the metric's
+    name, unit and kind (``gauge`` or ``sum``), the point's value, attributes and time.
+    Histograms and summaries are skipped (this package exports none)."""
+    request = ExportMetricsServiceRequest()
+    request.ParseFromString(payload)
+    points = []
+    for resource_metrics in request.resource_metrics:
+        resource = _attributes(resource_metrics.resource.attributes)
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                if kind not in ("gauge", "sum"):
+                    continue
+                for point in getattr(metric, kind).data_points:
+                    points.append({
+                        "name": metric.name,
+                        "unit": metric.unit,
+                        "kind": kind,
+                        "value": getattr(point, point.WhichOneof("value")) if point.WhichOneof("value") else None,
+                        "attributes": _attributes(point.attributes),
+                        "at_ns": point.time_unix_nano,
+                        "resource": resource,
+                        "scope": scope_metrics.scope.name,
+                    })
+    return points
+
+
 class OtlpReceiver:
     """Collects spans exported to ``endpoint``; thread-safe; a context manager."""
 
-    def __init__(self, jsonl_path: str | Path | None = None, port: int = 0) -> None:
+    def __init__(self, jsonl_path: str | Path | None = None, port: int = 0,
+                 metrics_jsonl_path: str | Path | None = None) -> None:
         self._spans: list[dict[str, Any]] = []
+        self._points: list[dict[str, Any]] = []
         self._requests = 0
         self._cond = threading.Condition()
         self._jsonl = Path(jsonl_path) if jsonl_path else None
+        self._metrics_jsonl = Path(metrics_jsonl_path) if metrics_jsonl_path else None
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -87,15 +121,18 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding", "").lower() == "gzip":
                     body = gzip.decompress(body)
-                if self.path.rstrip("/") != TRACES_PATH:
-                    self.send_error(404, f"only {TRACES_PATH} is served")
+                path = self.path.rstrip("/")
+                if path not in (TRACES_PATH, METRICS_PATH):
+                    self.send_error(404, f"only {TRACES_PATH} and {METRICS_PATH} are served")
                     return
                 try:
-                    spans = decode_spans(body)
+                    if path == TRACES_PATH:
+                        receiver._add(decode_spans(body))
+                    else:
+                        receiver._add_points(decode_points(body))
                 except Exception as exc:  # a malformed request is the sender's problem
-                    self.send_error(400, f"not an ExportTraceServiceRequest: {exc}")
+                    self.send_error(400, f"not an OTLP export request: {exc}")
                     return
-                receiver._add(spans)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -109,7 +146,8 @@ class OtlpReceiver:
 
     @property
     def endpoint(self) -> str:
-        """The value for ``OTEL_EXPORTER_OTLP_ENDPOINT`` (exporters append ``/v1/traces``)."""
+        """The value for ``OTEL_EXPORTER_OTLP_ENDPOINT`` (exporters append ``/v1/traces`` and
+        ``/v1/metrics``)."""
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
@@ -117,6 +155,26 @@ class OtlpReceiver:
     def spans(self) -> list[dict[str, Any]]:
         with self._cond:
             return list(self._spans)
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        """Every metric data point received, in arrival order."""
+        with self._cond:
+            return list(self._points)
+
+    def wait_for_points(self, condition: Callable[[list[dict[str, Any]]], bool],
+                        timeout: float) -> list[dict[str, Any]]:
+        """The data points once ``condition(points)`` holds; raises TimeoutError naming the
+        metrics that arrived."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not condition(list(self._points)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    names = sorted({p["name"] for p in self._points})
+                    raise TimeoutError(f"metrics received after {timeout} s did not satisfy the condition: {names}")
+                self._cond.wait(left)
+            return list(self._points)
 
     @property
     def requests(self) -> int:
@@ -144,6 +202,16 @@ class OtlpReceiver:
                 with self._jsonl.open("a") as out:
                     for span in spans:
                         out.write(json.dumps(span) + "\n")
+            self._cond.notify_all()
+
+    def _add_points(self, points: list[dict[str, Any]]) -> None:
+        with self._cond:
+            self._requests += 1
+            self._points.extend(points)
+            if self._metrics_jsonl is not None and points:
+                with self._metrics_jsonl.open("a") as out:
+                    for point in points:
+                        out.write(json.dumps(point) + "\n")
             self._cond.notify_all()
 
     def start(self) -> "OtlpReceiver":

@@ -37,6 +37,7 @@ from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
+from backlog_source.mode_switch.session_metrics import SessionMetrics
 from backlog_source.mode_switch.switch_span import SwitchSpan
 from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
 
@@ -97,8 +98,11 @@ class ModeController:
         initial_mode: Mode = Mode.HIGH_THROUGHPUT,
         settle_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        metrics: SessionMetrics | None = None,
     ) -> None:
+        """``metrics``: the session's metrics, told the mode and each switch (None: off)."""
         self._writer = writer
+        self._metrics = metrics
         self._intervals = {Mode.HIGH_THROUGHPUT: high_throughput_interval, Mode.LOW_LATENCY: low_latency_interval}
         self._intervals_ms = {mode: duration_ms(f"{mode.value} interval", text, bare_number_unit=None)
                               for mode, text in self._intervals.items()}
@@ -165,6 +169,8 @@ class ModeController:
         except BaseException:
             self.stop_query()
             raise
+        if self._metrics is not None:
+            self._metrics.adopted(self._query_id, self._mode)
         log.info("started in %s mode (trigger %s); mode switches are %s: %s", self._mode.value,
                  self._intervals[self._mode], self._switcher.method.value, reason)
 
@@ -266,6 +272,8 @@ class ModeController:
         with self._lock:
             self._mode = target
             self._transitions.append(transition)
+        if self._metrics is not None:
+            self._metrics.switched(self._query_id, target)
         self._end_pending_effect(SwitchEndedBy.STOP, applied)  # a switch before the last took effect
         self._pending_effect = (int(applied * 1000), span, transition)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,

@@ -34,6 +34,7 @@ from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
+from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
 from backlog_source.mode_switch.switchers import InPlaceSwitcher
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,12 @@ class SessionModeSwitch:
 
     def __init__(self, spark: Any, intervals_ms: Mapping[Mode, int], *,
                  session_listener: SessionListener | None = None,
-                 switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare) -> None:
-        """``session_listener`` and ``switcher_of`` are replaced by unit tests only."""
+                 switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare,
+                 metrics: SessionMetrics | None = None) -> None:
+        """``session_listener`` and ``switcher_of`` are replaced by unit tests only;
+        ``metrics`` (None: off) is told each adopted query's mode and each switch."""
         self._spark = spark
+        self._metrics = metrics
         self._intervals_ms = dict(intervals_ms)
         self._session_listener = session_listener or SessionListener.of(spark)
         self._switcher_of = switcher_of
@@ -152,6 +156,8 @@ class SessionModeSwitch:
         self._switchers[query_id].switch(wanted)
         with self._lock:
             self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted)
+        if self._metrics is not None:
+            self._metrics.switched(query_id, wanted)
         log.info("install(): query %s switched to %s (%d ms trigger) after batch %d", query_id, wanted.value,
                  self._intervals_ms[wanted], message.batch_id)
 
@@ -180,6 +186,8 @@ class SessionModeSwitch:
         self._switchers[query_id] = switcher
         with self._lock:
             self._adopted[query_id] = adopted
+        if self._metrics is not None:
+            self._metrics.adopted(query_id, adopted.mode)
         log.info("install(): query %s (trigger %d ms) now switches with its backlog", query_id, held_ms)
         return adopted
 
@@ -203,8 +211,10 @@ def install(spark: Any, high_throughput_interval: str = "0 seconds",
     (while processing backlog) and ``low_latency_interval``, in place, including queries
     already running. Returns the installation; ``uninstall()`` ends it (queries keep the
     interval they run with). Raises :class:`~backlog_source.core.errors.ConfigError` for an
-    interval that is not a duration."""
+    interval that is not a duration, or for a bad ``OTEL_*`` setting. When the environment
+    asks for OpenTelemetry metrics, the session's backlog metrics are exported too
+    (:mod:`.session_metrics`)."""
     intervals = {Mode.HIGH_THROUGHPUT: duration_ms("high_throughput_interval", high_throughput_interval,
                                                    bare_number_unit=None),
                  Mode.LOW_LATENCY: duration_ms("low_latency_interval", low_latency_interval, bare_number_unit=None)}
-    return SessionModeSwitch(spark, intervals).start()
+    return SessionModeSwitch(spark, intervals, metrics=session_metrics(spark)).start()

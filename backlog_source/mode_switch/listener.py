@@ -7,15 +7,18 @@ listener only parses and hands a typed message to a :class:`MessageReceiver`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from backlog_source.core.buckets import from_nested
 from backlog_source.core.text_enum import TextEnum
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.enumerator.state_codec import parse_reported
+from backlog_source.metrics.state import SourceReport
 
 
 class Mode(TextEnum):
@@ -32,7 +35,8 @@ class BatchCommitted:
     """A progress event of a backlog-aware query: batch ``batch_id`` committed;
     ``processing_backlog`` is whether backlog is left after it; ``trigger_started_ms`` is
     when its trigger started (Spark's progress timestamp); ``traceparent`` the context of
-    the (current or last) backlog phase."""
+    the (current or last) backlog phase; ``query_name`` the query's name (None if it has
+    none); ``sources`` what each backlog source reported, for the metrics."""
 
     query_id: str
     run_id: str
@@ -40,6 +44,8 @@ class BatchCommitted:
     processing_backlog: bool
     trigger_started_ms: int
     traceparent: str | None = None
+    query_name: str | None = None
+    sources: tuple[SourceReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,24 @@ def backlog_offsets(progress: Any) -> list[SourceOffset]:
     """The end offsets of the progress's ``format("backlog")`` sources, parsed."""
     offsets = (parse_reported(_get(source, "endOffset")) for source in _get(progress, "sources") or [])
     return [offset for offset in offsets if offset is not None]
+
+
+def source_reports(progress: Any) -> tuple[SourceReport, ...]:
+    """What each ``format("backlog")`` source of the progress reported: its batch's start and
+    end offsets, the latest offsets and the rows read."""
+    reports = []
+    for source in _get(progress, "sources") or []:
+        end = parse_reported(_get(source, "endOffset"))
+        if end is None:
+            continue
+        latest = _get(source, "latestOffset")
+        reports.append(SourceReport(
+            end=end,
+            start=parse_reported(_get(source, "startOffset")),
+            latest=from_nested(json.loads(latest) if isinstance(latest, str) else latest, "latestOffset") if latest else {},
+            rows=int(_get(source, "numInputRows") or 0),
+        ))
+    return tuple(reports)
 
 
 def backlog_flag(progress: Any) -> bool | None:
@@ -122,11 +146,13 @@ class BacklogModeListener(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:
         progress = event.progress
-        flag = backlog_flag(progress)
-        if flag is not None:
+        reports = source_reports(progress)
+        if reports:
             self._controller.receive(BatchCommitted(
-                str(progress.id), str(progress.runId), progress.batchId, flag, timestamp_ms(progress.timestamp),
-                backlog_traceparent(progress),
+                str(progress.id), str(progress.runId), progress.batchId,
+                any(r.end.processing_backlog for r in reports), timestamp_ms(progress.timestamp),
+                next((r.end.trace.ids.traceparent for r in reports if r.end.trace is not None), None),
+                getattr(progress, "name", None) or None, reports,
             ))
 
     def onQueryIdle(self, event) -> None:

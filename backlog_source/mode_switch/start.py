@@ -13,6 +13,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
 from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.session_metrics import session_metrics
 from backlog_source.mode_switch.writer_info import WriterInfo, describe_writer, session_of
 
 
@@ -33,7 +34,8 @@ def start_backlog_aware(
     none. ``switch_method``: ``"auto"`` (in place where the Spark runtime allows it, else
     by restart), or ``"in-place"`` / ``"restart"`` to insist (``"in-place"`` fails when it
     is impossible). Raises :class:`ConfigError`, saying what to change, when the writer or
-    the intervals do not qualify.
+    the intervals do not qualify. When the environment asks for OpenTelemetry metrics, the
+    session's backlog metrics are exported too (:mod:`.session_metrics`).
     """
     for name, text in (("high_throughput_interval", high_throughput_interval), ("low_latency_interval", low_latency_interval)):
         duration_ms(name, text, bare_number_unit=None)  # raises ConfigError naming it
@@ -41,9 +43,10 @@ def start_backlog_aware(
     info = describe_writer(writer)
     policy = SwitchPolicy.decide(switch_method, info)
     _check_writer(info)
+    spark = session_of(writer)
     controller = ModeController(writer, high_throughput_interval, low_latency_interval, policy,
-                                initial_mode=Mode.HIGH_THROUGHPUT)
-    return BacklogAwareQuery(controller, session_of(writer)).start()
+                                initial_mode=Mode.HIGH_THROUGHPUT, metrics=session_metrics(spark))
+    return BacklogAwareQuery(controller, spark).start()
 
 
 def _check_writer(info: WriterInfo) -> None:

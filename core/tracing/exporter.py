@@ -59,35 +59,39 @@ _state_pid: int | None = None
 _warned = False
 
 
-def exporter_names(env: Mapping[str, str] | None = None) -> list[str]:
-    """The exporters the environment asks for (empty: tracing off).
+def exporter_names(env: Mapping[str, str] | None = None, signal: str = "traces") -> list[str]:
+    """The exporters the environment asks for, for ``signal`` (``"traces"`` or
+    ``"metrics"``; empty: that signal is off).
 
+    ``OTEL_{SIGNAL}_EXPORTER`` names them; when it is unset, OTLP is used only if
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_{SIGNAL}_ENDPOINT`` is set.
     Raises :class:`ConfigError` naming the variable for an unknown exporter or protocol.
     """
     env = os.environ if env is None else env
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return []
-    raw = env.get("OTEL_TRACES_EXPORTER")
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    raw = env.get(variable)
     if raw is None or not raw.strip():
-        endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        endpoint = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         names = ["otlp"] if endpoint else []
     else:
         names = [n.strip().lower() for n in raw.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXPORTERS]
     if unknown:
         raise ConfigError(
-            f"OTEL_TRACES_EXPORTER={raw!r} names unknown exporter(s) {', '.join(unknown)}; "
+            f"{variable}={raw!r} names unknown exporter(s) {', '.join(unknown)}; "
             f"backlog-source supports {', '.join(EXPORTERS)}"
         )
     names = [n for n in names if n != "none"]
     if "otlp" in names:
-        otlp_protocol(env)
+        otlp_protocol(env, signal)
     return names
 
 
-def otlp_protocol(env: Mapping[str, str] | None = None) -> str:
+def otlp_protocol(env: Mapping[str, str] | None = None, signal: str = "traces") -> str:
     env = os.environ if env is None else env
-    variable = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    variable = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
     protocol = env.get(variable)
     if not protocol:
         variable = "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -96,6 +100,17 @@ def otlp_protocol(env: Mapping[str, str] | None = None) -> str:
     if protocol not in PROTOCOLS:
         raise ConfigError(f"{variable}={protocol!r} is not supported; use one of {', '.join(PROTOCOLS)}")
     return protocol
+
+
+def service_resource():
+    """The OpenTelemetry resource of this process: the SDK's (``OTEL_SERVICE_NAME``,
+    ``OTEL_RESOURCE_ATTRIBUTES``), named ``backlog-source`` when no service name is set."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create()
+    if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
 
 
 def validate_environment() -> None:
@@ -213,15 +228,11 @@ class _Tracing:
     """One process's tracer provider; spans get the ids their records carry."""
 
     def __init__(self, exporter_names: list[str]) -> None:
-        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        resource = Resource.create()
-        if resource.attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
-            resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
         self._ids = _preset_id_generator()
-        self.provider = TracerProvider(resource=resource, id_generator=self._ids)
+        self.provider = TracerProvider(resource=service_resource(), id_generator=self._ids)
         for name in exporter_names:
             self.provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
         self.tracer = self.provider.get_tracer("backlog_source", __version__)

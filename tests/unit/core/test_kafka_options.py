@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from backlog_source.core.errors import ConfigError
 from backlog_source.core import kafka_options
+from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.kafka_options import is_secret_key, kafka_client_config
 

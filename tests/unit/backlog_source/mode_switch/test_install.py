@@ -105,3 +105,23 @@ def test_install_registers_once_and_uninstall_leaves_the_listener_registered_and
 def test_intervals_must_be_durations():
     with pytest.raises(ConfigError, match="low_latency_interval must be a duration"):
         install(FakeSpark(), "0 seconds", "soon")
+
+
+def test_the_session_metrics_hear_each_adopted_mode_and_switch():
+    class Metrics:
+        def __init__(self):
+            self.calls = []
+
+        def adopted(self, query_id, mode):
+            self.calls.append(("adopted", query_id, mode))
+
+        def switched(self, query_id, mode):
+            self.calls.append(("switched", query_id, mode))
+
+    spark, metrics = FakeSpark(), Metrics()
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), metrics=metrics,
+                               switcher_of=lambda query, intervals: FakeInPlaceSwitcher(query, intervals))
+    q = query(spark, "orders", 0)  # already at the high-throughput interval
+    switch.handle(committed(q, 0, True))
+    switch.handle(committed(q, 1, False))
+    assert metrics.calls == [("adopted", "orders", Mode.HIGH_THROUGHPUT), ("switched", "orders", Mode.LOW_LATENCY)]

@@ -1,0 +1,121 @@
+"""Export :class:`~backlog_source.metrics.state.BacklogMetrics` with the OpenTelemetry SDK,
+configured only by the standard variables, as the traces are.
+
+Which process: the user's driver program (the metrics are the session's; executors and the
+planner's worker export none). Off unless asked for: ``OTEL_METRICS_EXPORTER`` (``otlp``,
+``console``, ``none``), or, when it is unset, ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``; ``OTEL_SDK_DISABLED=true`` turns it off. With
+nothing set the SDK is never imported. Every instrument is observable: the SDK's reader
+(``PeriodicExportingMetricReader``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms, 60 s by
+default) asks :class:`BacklogMetrics` for the current values on its own thread, so the
+listener's thread only updates a dictionary. Exporting never raises into the query.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from collections.abc import Mapping
+
+from backlog_source.core import __version__
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.tracing import exporter as tracing_exporter
+from backlog_source.metrics import names
+from backlog_source.metrics.state import BacklogMetrics
+
+log = logging.getLogger(__name__)
+
+SIGNAL = "metrics"
+#: Observed as cumulative sums; the others are gauges.
+COUNTERS = (names.CATCH_UP_BATCHES, names.RECORDS_IN, names.BYTES_IN, names.MODE_SWITCHES)
+SHUTDOWN_TIMEOUT_MS = 10_000
+
+
+def exporter_names(env: Mapping[str, str] | None = None) -> list[str]:
+    """The metric exporters the environment asks for (empty: metrics off). Raises
+    :class:`ConfigError` naming the variable for an unknown exporter or protocol, or for
+    ``grpc`` without the gRPC exporter installed."""
+    found = tracing_exporter.exporter_names(env, SIGNAL)
+    if "otlp" in found and tracing_exporter.otlp_protocol(env, SIGNAL) == "grpc":
+        _grpc_exporter_class()
+    return found
+
+
+class MetricsExport:
+    """One meter provider exporting one :class:`BacklogMetrics`; ``flush`` and ``shutdown``
+    never raise."""
+
+    def __init__(self, metrics: BacklogMetrics, exporters: list[str]) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        readers = [PeriodicExportingMetricReader(_exporter(name)) for name in exporters]
+        self.provider = MeterProvider(metric_readers=readers, resource=tracing_exporter.service_resource())
+        meter = self.provider.get_meter(names.METER, __version__)
+        for instrument in names.ALL:
+            create = meter.create_observable_counter if instrument in COUNTERS else meter.create_observable_gauge
+            create(instrument.name, callbacks=[_callback(metrics, instrument)], unit=instrument.unit,
+                   description=instrument.description)
+        self._shut = False
+        atexit.register(self.shutdown)
+
+    def flush(self, timeout_ms: int = SHUTDOWN_TIMEOUT_MS) -> bool:
+        """Collect and export now; False when that did not finish in time or failed."""
+        try:
+            return bool(self.provider.force_flush(timeout_ms))
+        except Exception as exc:
+            log.warning("could not export metrics: %s", exc)
+            return False
+
+    def shutdown(self) -> None:
+        """Export a last time and stop the reader's thread. Idempotent."""
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            self.provider.shutdown(timeout_millis=SHUTDOWN_TIMEOUT_MS)
+        except Exception as exc:
+            log.debug("metrics shutdown: %s", exc)
+
+
+def start(metrics: BacklogMetrics) -> MetricsExport | None:
+    """Export ``metrics`` as the environment asks, or None when metrics are off. A bad
+    setting raises :class:`ConfigError` (called where it should stop the job early)."""
+    exporters = exporter_names()
+    return MetricsExport(metrics, exporters) if exporters else None
+
+
+def _callback(metrics: BacklogMetrics, instrument: names.Instrument):
+    from opentelemetry.metrics import Observation
+
+    def observe(options):
+        try:
+            return [Observation(value, attributes) for value, attributes in metrics.observe(instrument)]
+        except Exception as exc:  # a bug here must cost a data point, not the reader's thread
+            log.warning("could not observe %s: %s", instrument.name, exc)
+            return []
+
+    return observe
+
+
+def _exporter(name: str):
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if tracing_exporter.otlp_protocol(None, SIGNAL) == "grpc":
+        return _grpc_exporter_class()()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
+
+
+def _grpc_exporter_class():
+    try:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    except ImportError:
+        raise ConfigError(
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the gRPC exporter: pip install 'backlog-source[otlp-grpc]' "
+            "(or use http/protobuf)"
+        ) from None
+    return OTLPMetricExporter
