@@ -41,6 +41,7 @@ from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
 from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
 from backlog_source.mode_switch import start_backlog_aware
+from backlog_source.mode_switch.session_metrics import session_metrics
 
 #: What the demo writes under ``--output``; only these are removed when a demo starts again.
 OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json", "spark.log")
@@ -89,7 +90,8 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
 
 def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict:
     out = _prepare_output(settings.output)
-    receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl"))
+    receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl",
+                                                    metrics_jsonl_path=out / "metrics.jsonl"))
     bootstrap = settings.bootstrap_servers
     if bootstrap is None:
         name = "Apache Kafka " + kafka_version() if settings.broker == "kafka" else "the embedded broker (Tansu)"
@@ -138,6 +140,9 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     if producer.failed:
         raise DemoError(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
     _wait_caught_up(bootstrap, settings, monitor, handle)
+    metrics = session_metrics(spark)
+    if metrics is not None:
+        metrics.export.flush()  # the last values before the query's series end with it
     handle.stop()
     receiver.wait_for(lambda spans: any(s["name"] == "backlog.phase" for s in spans), timeout=15)
 
@@ -150,9 +155,11 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     summary = summarize(snapshot.batches, handle.transitions, initial_mode, started_at, latencies, written, distinct,
                         read_range, produced)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    write_timeline(out / "timeline.png", snapshot.batches, handle.transitions, initial_mode, started_at, receiver.spans)
+    write_timeline(out / "timeline.png", snapshot.batches, handle.transitions, initial_mode, started_at, receiver.spans,
+                   receiver.points)
     console.print(summary_table(summary))
-    console.print(f"timeline: {out / 'timeline.png'}   spans: {out / 'spans.jsonl'}   summary: {out / 'summary.json'}")
+    console.print(f"timeline: {out / 'timeline.png'}   spans: {out / 'spans.jsonl'}   "
+                  f"metrics: {out / 'metrics.jsonl'}   summary: {out / 'summary.json'}")
     return summary
 
 
@@ -208,10 +215,11 @@ def _spark(otlp_endpoint: str, console: Console, log_file) -> SparkSession:
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # Traces go to the demo's own receiver: this process (the mode switch) and, through
-    # SparkContext.environment, the driver's and executors' Python workers.
+    # SparkContext.environment, the driver's and executors' Python workers. Metrics go there
+    # from this process, every second (a dashboard's scrape would be slower).
     tracing = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "backlog-source-demo",
-               "OTEL_BSP_SCHEDULE_DELAY": "500"}
+               "OTEL_BSP_SCHEDULE_DELAY": "500", "OTEL_METRIC_EXPORT_INTERVAL": "1000"}
     os.environ.update(tracing)
     exporter.reset()
     set_worker_environment(spark, tracing)

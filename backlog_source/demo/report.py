@@ -121,9 +121,13 @@ def write_timeline(
     initial_mode: str,
     started_at: float,
     spans: Sequence[dict[str, Any]],
+    points: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """records/s, lag and mode over time with the switch marked, and the trace's spans as a
-    Gantt strip per bucket; seconds since the query started on the x axis."""
+    """records/s per batch and mode over time with the switch marked; the lag and backlog
+    state as a dashboard shows them, from the exported metrics' data points (``points``:
+    ``backlog.source.pending_records`` summed over partitions, and
+    ``backlog.source.processing_backlog``), not recomputed; and the trace's spans as a Gantt
+    strip per bucket; seconds since the query started on the x axis."""
     # Imported here: the backend must be chosen before pyplot is imported, and only the
     # summary draws anything.
     import matplotlib
@@ -139,8 +143,7 @@ def write_timeline(
     rates = [b.records / max(1e-3, end - prev) for b, end, prev in zip(batches, ends, previous)]
     rate_ax.step(ends, rates, where="pre", color="tab:blue")
     rate_ax.set_ylabel("records/s")
-    lag_ax.plot(ends, [b.lag for b in batches], color="tab:red", marker=".", linewidth=1)
-    lag_ax.set_ylabel("lag (records)")
+    _metric_panel(lag_ax, points, started_at)
 
     horizon = max(ends + [1.0])
     colors = {HIGH: "#fde9b5", LOW: "#cdeccd"}
@@ -151,7 +154,7 @@ def write_timeline(
             ax.axvspan(left, right, color=colors.get(mode, "white"), zorder=0)
         for transition in transitions:
             ax.axvline(transition.at - started_at, color="black", linestyle="--", linewidth=1)
-    rate_ax.set_title("records/s and lag per batch; background: mode (yellow high-throughput, green low-latency); "
+    rate_ax.set_title("records/s per batch; background: mode (yellow high-throughput, green low-latency); "
                       "dashed: switch decided", fontsize=9)
 
     _gantt(gantt_ax, spans, started_at)
@@ -161,6 +164,32 @@ def write_timeline(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def metric_series(points: Sequence[dict[str, Any]], name: str, started_at: float) -> list[tuple[float, float]]:
+    """``(seconds since started_at, value)`` per export of metric ``name``, summed over its
+    series (e.g. the partitions of ``pending_records``), in time order."""
+    totals: dict[int, float] = {}
+    for point in points:
+        if point["name"] == name:
+            totals[point["at_ns"]] = totals.get(point["at_ns"], 0.0) + float(point["value"])
+    return [(at_ns / 1e9 - started_at, value) for at_ns, value in sorted(totals.items())]
+
+
+def _metric_panel(ax, points: Sequence[dict[str, Any]], started_at: float) -> None:
+    pending = metric_series(points, "backlog.source.pending_records", started_at)
+    backlog = metric_series(points, "backlog.source.processing_backlog", started_at)
+    if not pending:
+        ax.text(0.5, 0.5, "no metrics received", transform=ax.transAxes, ha="center")
+        return
+    ax.plot([t for t, _ in pending], [v for _, v in pending], color="tab:red", marker=".", linewidth=1)
+    ax.set_ylabel("pending_records")
+    state_ax = ax.twinx()
+    state_ax.step([t for t, _ in backlog], [v for _, v in backlog], where="post", color="tab:blue", linewidth=1)
+    state_ax.set_ylim(-0.1, 1.1)
+    state_ax.set_yticks([0, 1], ["caught up", "backlog"], fontsize=8)
+    ax.set_title("exported metrics, as a dashboard shows them: backlog.source.pending_records (red, all partitions) "
+                 "and backlog.source.processing_backlog (blue)", fontsize=9)
 
 
 def _gantt(ax, spans: Sequence[dict[str, Any]], started_at: float) -> None:

@@ -48,6 +48,18 @@ def test_demo_drains_switches_and_writes_exactly_the_produced_records(tmp_path):
     spans = [json.loads(line) for line in (out / "spans.jsonl").read_text().splitlines()]
     assert {"backlog.phase", "backlog.bucket", "backlog.read", "backlog.mode_switch"} <= {s["name"] for s in spans}
 
+    # The metrics the picture draws, as exported: per-partition lag and the backlog state,
+    # caught up (0, and no records pending) in the last export before the query stopped.
+    points = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    pending = [p for p in points if p["name"] == "backlog.source.pending_records"]
+    assert {p["attributes"]["messaging.destination.partition.id"] for p in pending} == {"0", "1", "2"}
+    state = [p for p in points if p["name"] == "backlog.source.processing_backlog"]
+    assert state and state[-1]["value"] == 0
+    last_export = max(p["at_ns"] for p in pending)
+    assert sum(p["value"] for p in pending if p["at_ns"] == last_export) <= 50  # live records only
+    switched = [p for p in points if p["name"] == "backlog.source.mode_switches"]
+    assert any(p["attributes"]["backlog.mode"] == "low-latency" and p["value"] >= 1 for p in switched)
+
 
 def test_ctrl_c_stops_everything_in_order(tmp_path):
     """Ctrl-C in a terminal sends SIGINT to the whole foreground process group."""
