@@ -313,6 +313,11 @@ class SourceSettings(BaseModel):
     #: new" for records already in Kafka, and ``processAllAvailable()`` then returns without
     #: them (docs/reading.md, "Idle polling").
     backlog_min_poll_interval_ms: NonNegativeNumber = Field(0, alias="backlog.minPollIntervalMs")
+    #: This query's own trigger intervals for ``backlog_source.install`` (while processing
+    #: backlog / once caught up), overriding the installation's; carried to the driver program
+    #: in the offset dict. Unset: the installation's intervals.
+    backlog_high_throughput_interval_ms: DurationMs | None = Field(None, alias="backlog.highThroughputInterval")
+    backlog_low_latency_interval_ms: DurationMs | None = Field(None, alias="backlog.lowLatencyInterval")
     snapshot_path: Text | None = Field(None, alias="snapshot.path")
 
     @model_validator(mode="after")

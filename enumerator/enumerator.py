@@ -44,7 +44,15 @@ from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
 from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
 from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
-from backlog_source.enumerator.state import BacklogState, BatchPlan, BoundedBy, Finish, FinishedBy, SourceOffset
+from backlog_source.enumerator.state import (
+    BacklogState,
+    BatchPlan,
+    BoundedBy,
+    Finish,
+    FinishedBy,
+    SourceOffset,
+    TriggerIntervals,
+)
 from backlog_source.enumerator.subscription import Subscription
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
@@ -146,7 +154,7 @@ class Enumerator:
         source_id = uuid.uuid4().hex
         if self._control is None:
             return SourceOffset(source_id=source_id, positions=positions, snapshot=start.snapshot,
-                                topic_ids=covered.topic_ids)
+                                topic_ids=covered.topic_ids, intervals=self._intervals())
         events_position = self._control.open()  # events written before this query are not ours
         log_end = self._client.latest_offsets(buckets) if buckets else {}
         pending = record_boundaries(positions, log_end, buckets)
@@ -157,7 +165,7 @@ class Enumerator:
         trace, _ = advance(None, source_id, pending, {}, positions, self._now_ms())
         return SourceOffset(source_id=source_id, positions=positions, backlog=pending,
                             events_position=events_position, trace=trace, snapshot=start.snapshot,
-                            topic_ids=covered.topic_ids)
+                            topic_ids=covered.topic_ids, intervals=self._intervals())
 
     def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
         """The end of the next batch that starts at ``start``; ``start`` itself when there
@@ -476,9 +484,16 @@ class Enumerator:
             snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,
             topic_ids=view.topic_ids,
             plan=plan.batch,
+            intervals=self._intervals(),
         )
 
     # ---------------------------------------------------------------- helpers
+
+    def _intervals(self) -> TriggerIntervals | None:
+        """The query's own trigger intervals for ``install``, if its options set any."""
+        high = self._settings.backlog_high_throughput_interval_ms
+        low = self._settings.backlog_low_latency_interval_ms
+        return None if high is None and low is None else TriggerIntervals(high, low)
 
     def _log_boundaries(self, source_id: str, boundaries: Mapping[Bucket, int], positions: Mapping[Bucket, int]) -> None:
         for bucket in sorted(boundaries):

@@ -150,6 +150,16 @@ class BatchPlan:
 
 
 @dataclass(frozen=True)
+class TriggerIntervals:
+    """The trigger intervals (ms) a query asks ``backlog_source.install`` for with the options
+    ``backlog.highThroughputInterval`` / ``backlog.lowLatencyInterval``; None: the
+    installation's own."""
+
+    high_throughput_ms: int | None = None
+    low_latency_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class SourceOffset:
     """One checkpointed offset of the source (the end of one micro-batch); immutable.
 
@@ -167,6 +177,9 @@ class SourceOffset:
       batch was planned: a topic whose id has changed since was deleted and re-created,
       whatever its offsets say. Empty in offsets written before release 0.3.0.
     * ``plan``: how this batch was sized (:class:`BatchPlan`); None before release 0.3.0.
+    * ``intervals``: the query's own trigger intervals for ``install`` (:class:`TriggerIntervals`),
+      None when its options set none. Read by the driver program from progress events; never
+      used for planning.
     """
 
     source_id: str
@@ -180,6 +193,7 @@ class SourceOffset:
     snapshot: SnapshotState | None = None
     topic_ids: dict[str, str] = field(default_factory=dict)
     plan: BatchPlan | None = None
+    intervals: TriggerIntervals | None = None
 
     @property
     def processing_backlog(self) -> bool:

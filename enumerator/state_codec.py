@@ -22,7 +22,8 @@ Shape, version 2 (the end of one micro-batch)::
                   "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}},  # or null
      "topic_ids": {"orders": "dGhlIHRvcGljIGlk"},  # each topic's id when planned (KIP-516)
      "plan": {"bounded_by": "bytes", "bytes": 134217000,  # how the batch was sized
-              "budget_bytes": 134217728, "bytes_per_s": 41000000.0}}
+              "budget_bytes": 134217728, "bytes_per_s": 41000000.0},
+     "intervals": {"high_throughput_ms": 0, "low_latency_ms": 5000}}  # only when the query's options set them
 
 Positions are *next offsets*: a batch with ``start`` and ``end`` reads ``[start, end)`` of
 each bucket. A boundary is a log end offset: the bucket leaves backlog once its consumer
@@ -33,8 +34,8 @@ latency needs no extra batch. A stored example of every released version is read
 ``tests/unit/enumerator/test_state_codec.py`` (``tests/fixtures/offsets/``).
 
 Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) had no
-``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``
-and ``plan`` were added to version 2 in release 0.3.0 as optional fields: an older release
+``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``,
+``plan`` and ``intervals`` were added to version 2 in release 0.3.0 as optional fields: an older release
 reading them ignores them, so a rollback still reads the checkpoint; read without them, the
 ids are learnt at the next plan and catch-up sizing starts afresh. Pure codecs; the
 transitions live in :mod:`backlog_source.enumerator.state`,
@@ -59,6 +60,7 @@ from backlog_source.enumerator.state import (
     PhaseTrace,
     SnapshotState,
     SourceOffset,
+    TriggerIntervals,
 )
 
 
@@ -95,6 +97,7 @@ def encode(offset: SourceOffset) -> dict[str, Any]:
         "snapshot": None if offset.snapshot is None else _snapshot_to_json(offset.snapshot),
         "topic_ids": dict(sorted(offset.topic_ids.items())),
         "plan": None if offset.plan is None else _plan_to_json(offset.plan),
+        **({} if offset.intervals is None else {"intervals": _intervals_to_json(offset.intervals)}),
     })
 
 
@@ -124,6 +127,7 @@ def decode(data: Any) -> SourceOffset:
         snapshot=_snapshot_from_json(data.get("snapshot")),
         topic_ids=_topic_ids_from_json(data.get("topic_ids")),
         plan=_plan_from_json(data.get("plan")),
+        intervals=_intervals_from_json(data.get("intervals")),
     )
 
 
@@ -164,6 +168,22 @@ def _plan_from_json(data: Any) -> BatchPlan | None:
                          _optional_int(data.get("budget_bytes")), None if rate is None else float(rate))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise OffsetFormatError(f"offset field 'plan' is malformed: {exc!r}") from None
+
+
+def _intervals_to_json(intervals: TriggerIntervals) -> dict[str, Any]:
+    return {"high_throughput_ms": intervals.high_throughput_ms, "low_latency_ms": intervals.low_latency_ms}
+
+
+def _intervals_from_json(data: Any) -> TriggerIntervals | None:
+    if data is None:
+        return None
+    try:
+        found = TriggerIntervals(_optional_int(data.get("high_throughput_ms")), _optional_int(data.get("low_latency_ms")))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise OffsetFormatError(f"offset field 'intervals' is malformed: {exc!r}") from None
+    if any(v is not None and v < 0 for v in (found.high_throughput_ms, found.low_latency_ms)):
+        raise OffsetFormatError(f"offset field 'intervals' holds a negative interval: {data!r}")
+    return found
 
 
 def _optional_int(value: Any) -> int | None:

@@ -19,6 +19,11 @@ from. So a query whose running trigger executor cannot be switched in place (Spa
 whose client holds no JVM objects; a trigger other than a processing-time one, such as
 ``availableNow``) is logged once and left as it runs; start such a query with
 ``start_backlog_aware``, which can switch by restart.
+
+Per-query intervals: a query's source may set ``backlog.highThroughputInterval`` /
+``backlog.lowLatencyInterval``; the enumerator writes them into every offset dict it plans
+(``intervals``), so they reach this process with each progress event, and
+:meth:`SessionModeSwitch.intervals_for` prefers them to the installation's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from backlog_source.core.durations import duration_ms
@@ -45,12 +50,14 @@ UNINSTALL_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Adopted:
-    """A query an installation switches: its run, the interval it had when adopted, and the
-    mode it is in now."""
+    """A query an installation switches: its run, the interval it had when adopted, the
+    mode it is in now, and the intervals it switches between (the installation's, or its
+    source's own)."""
 
     run_id: str
     started_interval_ms: int
     mode: Mode
+    intervals_ms: Mapping[Mode, int] = field(default_factory=dict)
 
 
 class _Stop:
@@ -153,13 +160,14 @@ class SessionModeSwitch:
         wanted = Mode.for_backlog(message.processing_backlog)
         if wanted is adopted.mode:
             return
-        self._switchers[query_id].switch(wanted)
+        switcher = self._switchers[query_id]
+        switcher.switch(wanted)
         with self._lock:
-            self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted)
+            self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms)
         if self._metrics is not None:
             self._metrics.switched(query_id, wanted)
         log.info("install(): query %s switched to %s (%d ms trigger) after batch %d", query_id, wanted.value,
-                 self._intervals_ms[wanted], message.batch_id)
+                 adopted.intervals_ms[wanted], message.batch_id)
 
     def _adopt(self, message: BatchCommitted) -> Adopted | None:
         """Take a backlog query over: its running trigger executor, whatever interval the
@@ -168,8 +176,9 @@ class SessionModeSwitch:
         query = self._spark.streams.get(query_id)
         if query is None:
             return None  # stopped meanwhile
+        intervals_ms = self.intervals_for(message)
         try:
-            switcher = self._switcher_of(query, self._intervals_ms)
+            switcher = self._switcher_of(query, intervals_ms)
             held_ms = switcher.adopt()
         except ModeSwitchError as exc:
             self._skip(message, f"it cannot be switched in place ({exc})")
@@ -180,9 +189,9 @@ class SessionModeSwitch:
         if held_ms is None:
             return None
         # The mode the query runs in now: the interval it holds, if it is one of ours.
-        current = next((m for m, ms in self._intervals_ms.items() if ms == held_ms), None)
+        current = next((m for m, ms in intervals_ms.items() if ms == held_ms), None)
         adopted = Adopted(message.run_id, held_ms, current if current is not None else _other(
-            Mode.for_backlog(message.processing_backlog)))
+            Mode.for_backlog(message.processing_backlog)), intervals_ms)
         self._switchers[query_id] = switcher
         with self._lock:
             self._adopted[query_id] = adopted
@@ -190,6 +199,19 @@ class SessionModeSwitch:
             self._metrics.adopted(query_id, adopted.mode)
         log.info("install(): query %s (trigger %d ms) now switches with its backlog", query_id, held_ms)
         return adopted
+
+    def intervals_for(self, message: BatchCommitted) -> dict[Mode, int]:
+        """The intervals a query switches between: the installation's, replaced by those its
+        source sets with ``backlog.highThroughputInterval`` / ``backlog.lowLatencyInterval``
+        (carried in the offset dict; the first backlog source that sets any decides)."""
+        own = next((r.end.intervals for r in message.sources if r.end.intervals is not None), None)
+        intervals = dict(self._intervals_ms)
+        if own is not None:
+            if own.high_throughput_ms is not None:
+                intervals[Mode.HIGH_THROUGHPUT] = own.high_throughput_ms
+            if own.low_latency_ms is not None:
+                intervals[Mode.LOW_LATENCY] = own.low_latency_ms
+        return intervals
 
     def _skip(self, message: BatchCommitted, why: str) -> None:
         with self._lock:

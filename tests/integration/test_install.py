@@ -21,8 +21,12 @@ def start(df, tmp_path, name, trigger="3 seconds"):
             .trigger(processingTime=trigger).start())
 
 
-def backlog_frame(spark, broker, topic):
-    return reader(spark, broker, subscribe=topic, startingOffsets="earliest", **{"backlog.maxOffsetsPerTrigger": 2_000})
+def backlog_frame(spark, broker, topic, **options):
+    return reader(spark, broker, subscribe=topic, startingOffsets="earliest",
+                  **{"backlog.maxOffsetsPerTrigger": 2_000, **options})
+
+
+OWN_LOW_MS = 1_100  # a query's own low-latency interval (option backlog.lowLatencyInterval)
 
 
 def test_every_backlog_query_switches_in_place_and_nothing_else_is_touched(spark, broker, topic_name, tmp_path):
@@ -33,7 +37,8 @@ def test_every_backlog_query_switches_in_place_and_nothing_else_is_touched(spark
     installation = install(spark, "0 seconds", f"{LOW_MS} milliseconds")
     queries = []
     try:
-        after = start(backlog_frame(spark, broker, topics[1]), tmp_path, "after")
+        after = start(backlog_frame(spark, broker, topics[1], **{"backlog.lowLatencyInterval": f"{OWN_LOW_MS}ms"}),
+                      tmp_path, "after")
         other = start(spark.readStream.format("rate").option("rowsPerSecond", 5).load(), tmp_path, "other")
         queries = [before, after, other]
 
@@ -43,9 +48,9 @@ def test_every_backlog_query_switches_in_place_and_nothing_else_is_touched(spark
                 raise AssertionError(f"query failed: {query.exception()}")
             return adopted is not None and adopted.mode is Mode.LOW_LATENCY
 
-        for query in (before, after):
+        for query, low_ms in ((before, LOW_MS), (after, OWN_LOW_MS)):
             wait_for(lambda q=query: low_latency(q), 180, "the backlog query to be switched to low latency")
-            assert spark_trigger_interval_ms(query) == LOW_MS
+            assert spark_trigger_interval_ms(query) == low_ms
             assert installation.adopted[str(query.id)].started_interval_ms in (3_000, 0)
         assert str(other.id) not in installation.adopted and spark_trigger_interval_ms(other) == 3_000
 

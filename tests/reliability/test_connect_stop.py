@@ -100,8 +100,8 @@ def main() -> None:
     mode = sys.argv[6] if len(sys.argv) > 6 else "rounds"
     from backlog_source import BacklogDataSource, start_backlog_aware
     from backlog_source.demo.traffic import LiveProducer
-    from tests.reliability.connect_client import connect_session
     from backlog_source.mode_switch.session_listener import SessionListener
+    from tests.reliability.connect_client import connect_session
 
     spark = connect_session(url)
     report: dict = {"session": type(spark).__module__, "seed": int(seed), "rounds": []}

@@ -198,3 +198,12 @@ def test_catch_up_budgets_parse_spark_byte_strings_and_durations_and_default_to_
     for bad in ("lots", "0", "-1m", "1.5g"):
         with pytest.raises(ConfigError, match="option 'backlog.maxBytesPerTrigger' must be"):
             parse_options({**base, "backlog.maxBytesPerTrigger": bad})
+
+
+def test_a_query_sets_its_own_trigger_intervals_for_install():
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a"}
+    assert parse_options(base).backlog_low_latency_interval_ms is None
+    chosen = parse_options({**base, "backlog.highThroughputInterval": "0 seconds", "backlog.lowLatencyInterval": "5s"})
+    assert (chosen.backlog_high_throughput_interval_ms, chosen.backlog_low_latency_interval_ms) == (0, 5_000)
+    with pytest.raises(ConfigError, match="option 'backlog.lowLatencyInterval' must be a duration"):
+        parse_options({**base, "backlog.lowLatencyInterval": "soon"})

@@ -474,3 +474,14 @@ def test_a_catch_up_batch_that_fits_the_byte_budget_even_at_the_largest_record_s
     end = enumerator.latest_offset(enumerator.initial_offset(), budget)
     assert end.positions == {A0: 40, A1: 40} and sizes.asked == []
     assert end.plan.bounded_by is BoundedBy.AVAILABLE and end.plan.bytes is None
+
+
+def test_a_querys_own_trigger_intervals_ride_in_every_offset_it_writes():
+    from backlog_source.enumerator.state import TriggerIntervals
+
+    enumerator, client = make({"startingOffsets": "earliest", "backlog.lowLatencyInterval": "5 seconds"})
+    start = enumerator.initial_offset()
+    assert start.intervals == TriggerIntervals(None, 5_000)
+    assert enumerator.latest_offset(start, ReadBudget()).intervals == TriggerIntervals(None, 5_000)
+    plain, _ = make({"startingOffsets": "earliest"})
+    assert plain.initial_offset().intervals is None

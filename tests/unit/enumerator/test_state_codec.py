@@ -119,3 +119,13 @@ def test_the_batch_plan_round_trips_and_an_offset_without_one_is_read():
     assert offset_codec.decode({k: v for k, v in offset_codec.encode(offset).items() if k != "plan"}).plan is None
     with pytest.raises(OffsetFormatError, match="offset field 'plan' is malformed"):
         offset_codec.decode({**offset_codec.encode(offset), "plan": {"bounded_by": "luck"}})
+
+
+def test_a_querys_own_trigger_intervals_round_trip_and_are_omitted_when_unset():
+    from backlog_source.enumerator.state import TriggerIntervals
+
+    offset = SourceOffset("s", {Bucket("a", 0): 5}, intervals=TriggerIntervals(None, 5_000))
+    assert offset_codec.decode(offset_codec.encode(offset)) == offset
+    assert "intervals" not in offset_codec.encode(SourceOffset("s", {Bucket("a", 0): 5}))
+    with pytest.raises(OffsetFormatError, match="offset field 'intervals'"):
+        offset_codec.decode({**offset_codec.encode(offset), "intervals": {"low_latency_ms": -1}})

@@ -125,3 +125,23 @@ def test_the_session_metrics_hear_each_adopted_mode_and_switch():
     switch.handle(committed(q, 0, True))
     switch.handle(committed(q, 1, False))
     assert metrics.calls == [("adopted", "orders", Mode.HIGH_THROUGHPUT), ("switched", "orders", Mode.LOW_LATENCY)]
+
+
+def test_a_query_whose_source_sets_its_own_intervals_switches_between_those():
+    from backlog_source.enumerator.state import SourceOffset, TriggerIntervals
+    from backlog_source.metrics.state import SourceReport
+
+    spark = FakeSpark()
+    switch, _ = installed(spark)
+    own, plain = query(spark, "own", 0), query(spark, "plain", 0)
+
+    def batch(q, batch_id, backlog):
+        end = SourceOffset("s", {}, intervals=TriggerIntervals(None, 5_000))
+        return BatchCommitted(q.id, q.runId, batch_id, backlog, 0, sources=(SourceReport(end=end),))
+
+    switch.handle(batch(own, 0, True))
+    switch.handle(batch(own, 1, False))
+    switch.handle(committed(plain, 0, True))
+    switch.handle(committed(plain, 1, False))
+    assert own.interval_ms == 5_000 and plain.interval_ms == 1_000
+    assert switch.adopted["own"].intervals_ms == {Mode.HIGH_THROUGHPUT: 0, Mode.LOW_LATENCY: 5_000}
