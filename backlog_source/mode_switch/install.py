@@ -13,6 +13,8 @@ interval follows the ``processing_backlog`` flag, in place. Queries that read no
 
 Which process: the user's driver program. The listener thread only queues messages; one
 daemon thread per installation (``backlog-mode-install``) adopts queries and switches them.
+Each switch is a ``backlog.mode_switch`` span (:mod:`.switch_span`), as a handle's, ended by
+the query's first trigger under the new interval.
 
 In place only: a query started by the user has no writer this package could restart it
 from. So a query whose running trigger executor cannot be switched in place (Spark Connect,
@@ -31,16 +33,20 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ModeSwitchError
+from backlog_source.core.tracing import exporter
+from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
-from backlog_source.mode_switch.switchers import InPlaceSwitcher
+from backlog_source.mode_switch.switch_span import SwitchSpan
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, SwitchMethod
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +77,13 @@ class SessionModeSwitch:
     def __init__(self, spark: Any, intervals_ms: Mapping[Mode, int], *,
                  session_listener: SessionListener | None = None,
                  switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare,
-                 metrics: SessionMetrics | None = None) -> None:
-        """``session_listener`` and ``switcher_of`` are replaced by unit tests only;
-        ``metrics`` (None: off) is told each adopted query's mode and each switch."""
+                 metrics: SessionMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+        """``session_listener``, ``switcher_of`` and ``clock`` (wall-clock seconds) are
+        replaced by unit tests only; ``metrics`` (None: off) is told each adopted query's
+        mode and each switch."""
         self._spark = spark
+        self._clock = clock
+        self._switch_spans: dict[str, tuple[int, SwitchSpan]] = {}  # query id -> (applied at ms, its span)
         self._metrics = metrics
         self._intervals_ms = dict(intervals_ms)
         self._session_listener = session_listener or SessionListener.of(spark)
@@ -114,8 +123,9 @@ class SessionModeSwitch:
 
     def uninstall(self, timeout: float = UNINSTALL_TIMEOUT_S) -> None:
         """Stop switching: detach from the session's listener (never ``removeListener``: see
-        :mod:`.session_listener`) and end the thread. Queries keep the interval they run
-        with now. Raises :class:`ModeSwitchError` if the thread did not end in time."""
+        :mod:`.session_listener`) and end the thread (a switch span still open ends as
+        stopped). Queries keep the interval they run with now. Raises
+        :class:`ModeSwitchError` if the thread did not end in time."""
         if self._attachment is not None:
             self._attachment.detach()
         self._inbox.put(_Stop())
@@ -130,6 +140,9 @@ class SessionModeSwitch:
         while True:
             message = self._inbox.get()
             if isinstance(message, _Stop):
+                for query_id in list(self._switch_spans):
+                    self._end_switch_span(query_id, SwitchEndedBy.STOP, self._clock())
+                exporter.flush()
                 return
             try:
                 self.handle(message)
@@ -142,10 +155,15 @@ class SessionModeSwitch:
             with self._lock:
                 self._adopted.pop(message.query_id, None)
             self._switchers.pop(message.query_id, None)
+            self._end_switch_span(message.query_id, SwitchEndedBy.STOP, self._clock())
+            return
+        if isinstance(message, TriggerIdle):
+            self._note_trigger(message.query_id, message.at_ms, SwitchEndedBy.IDLE)
             return
         if not isinstance(message, BatchCommitted):
             return
         query_id = message.query_id
+        self._note_trigger(query_id, message.trigger_started_ms, SwitchEndedBy.BATCH)
         if self._session_listener.followed_alone(query_id):
             return  # a start_backlog_aware handle switches it
         with self._lock:
@@ -161,9 +179,19 @@ class SessionModeSwitch:
         if wanted is adopted.mode:
             return
         switcher = self._switchers[query_id]
+        decided = self._clock()
         switcher.switch(wanted)
+        applied = self._clock()
         with self._lock:
             self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms)
+        self._end_switch_span(query_id, SwitchEndedBy.STOP, applied)  # a switch before the last took effect
+        span = SwitchSpan(
+            phase_traceparent=message.traceparent, decided_at=decided, from_mode=adopted.mode, to_mode=wanted,
+            method=SwitchMethod.IN_PLACE, batch_id=message.batch_id,
+            from_interval_s=adopted.intervals_ms.get(adopted.mode, adopted.started_interval_ms) / 1000,
+            to_interval_s=adopted.intervals_ms[wanted] / 1000, apply_seconds=applied - decided, restart_seconds=0.0,
+            query_id=query_id, run_id=message.run_id)
+        self._switch_spans[query_id] = (int(applied * 1000), span)
         if self._metrics is not None:
             self._metrics.switched(query_id, wanted)
         log.info("install(): query %s switched to %s (%d ms trigger) after batch %d", query_id, wanted.value,
@@ -199,6 +227,18 @@ class SessionModeSwitch:
             self._metrics.adopted(query_id, adopted.mode)
         log.info("install(): query %s (trigger %d ms) now switches with its backlog", query_id, held_ms)
         return adopted
+
+    def _note_trigger(self, query_id: str, started_ms: int, ended_by: SwitchEndedBy) -> None:
+        """The first trigger of ``query_id`` that started after its switch was applied runs
+        under the new interval: it ends the switch's span, as for a handle's switch."""
+        pending = self._switch_spans.get(query_id)
+        if pending is not None and started_ms >= pending[0]:
+            self._end_switch_span(query_id, ended_by, started_ms / 1000)
+
+    def _end_switch_span(self, query_id: str, ended_by: SwitchEndedBy, at: float) -> None:
+        pending = self._switch_spans.pop(query_id, None)
+        if pending is not None:
+            pending[1].end(ended_by, max(at, pending[1].decided_at))
 
     def intervals_for(self, message: BatchCommitted) -> dict[Mode, int]:
         """The intervals a query switches between: the installation's, replaced by those its

@@ -1,7 +1,8 @@
 """The mode switch's span: ``backlog.mode_switch``, one switch from its decision to the
 first trigger under the new interval, a child of the backlog phase that caused it.
 
-Which process: the user's driver program (the handle's controller thread). Names are in
+Which process: the user's driver program (a handle's controller thread, or an installation's
+thread for queries `install` switches). Names are in
 :mod:`backlog_source.core.tracing.names`.
 """
 

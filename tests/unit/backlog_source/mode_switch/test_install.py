@@ -145,3 +145,25 @@ def test_a_query_whose_source_sets_its_own_intervals_switches_between_those():
     switch.handle(committed(plain, 1, False))
     assert own.interval_ms == 5_000 and plain.interval_ms == 1_000
     assert switch.adopted["own"].intervals_ms == {Mode.HIGH_THROUGHPUT: 0, Mode.LOW_LATENCY: 5_000}
+
+
+def test_each_switch_is_a_mode_switch_span_ended_by_the_first_trigger_under_the_new_interval(otel_env, receiver):
+    from backlog_source.core.tracing import exporter
+
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    spark, now = FakeSpark(), [100.0]
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), clock=lambda: now[0],
+                               switcher_of=lambda query, intervals: FakeInPlaceSwitcher(query, intervals))
+    q = query(spark, "orders", 0)
+    switch.handle(committed(q, 0, True))  # adopted in high-throughput
+    switch.handle(BatchCommitted(q.id, q.runId, 1, False, 99_000))  # switch decided and applied at 100 s
+    now[0] = 101.0
+    switch.handle(BatchCommitted(q.id, q.runId, 2, False, 100_500))  # its trigger started after: ends the span
+    exporter.flush()
+    [span] = receiver.wait_for(lambda spans: len(spans) == 1, timeout=30)
+    assert span["name"] == "backlog.mode_switch"
+    attributes = span["attributes"]
+    assert (attributes["backlog.mode.from"], attributes["backlog.mode.to"]) == ("high-throughput", "low-latency")
+    assert (attributes["backlog.mode_switch.method"], attributes["backlog.mode_switch.ended_by"]) == ("in-place", "batch")
+    assert (attributes["backlog.trigger.from_interval_seconds"], attributes["backlog.trigger.to_interval_seconds"]) == (0, 1)
+    assert (span["start_ns"], span["end_ns"]) == (100 * 10**9, int(100.5 * 10**9))
