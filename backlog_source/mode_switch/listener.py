@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source.core.buckets import from_nested
+from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.text_enum import TextEnum
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.enumerator.state_codec import parse_reported
@@ -92,14 +93,24 @@ def source_reports(progress: Any) -> tuple[SourceReport, ...]:
         end = parse_reported(_get(source, "endOffset"))
         if end is None:
             continue
-        latest = _get(source, "latestOffset")
         reports.append(SourceReport(
             end=end,
             start=parse_reported(_get(source, "startOffset")),
-            latest=from_nested(json.loads(latest) if isinstance(latest, str) else latest, "latestOffset") if latest else {},
+            latest=_latest_offsets(_get(source, "latestOffset")),
             rows=int(_get(source, "numInputRows") or 0),
         ))
     return tuple(reports)
+
+
+def _latest_offsets(value: Any) -> dict:
+    """The ``latestOffset`` of a source's progress as buckets, or empty when there is none:
+    classic PySpark reports a missing one as the text ``"None"`` (``str()`` of a null), and
+    metrics must never cost the mode switch its message."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+        return from_nested(parsed, "latestOffset") if parsed else {}
+    except (ValueError, OffsetFormatError):
+        return {}
 
 
 def backlog_flag(progress: Any) -> bool | None:
