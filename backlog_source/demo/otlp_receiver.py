@@ -127,9 +127,9 @@ class OtlpReceiver:
                     return
                 try:
                     if path == TRACES_PATH:
-                        receiver._add(decode_spans(body))
+                        receiver._add(receiver._spans, decode_spans(body), receiver._jsonl)
                     else:
-                        receiver._add_points(decode_points(body))
+                        receiver._add(receiver._points, decode_points(body), receiver._metrics_jsonl)
                 except Exception as exc:  # a malformed request is the sender's problem
                     self.send_error(400, f"not an OTLP export request: {exc}")
                     return
@@ -162,20 +162,6 @@ class OtlpReceiver:
         with self._cond:
             return list(self._points)
 
-    def wait_for_points(self, condition: Callable[[list[dict[str, Any]]], bool],
-                        timeout: float) -> list[dict[str, Any]]:
-        """The data points once ``condition(points)`` holds; raises TimeoutError naming the
-        metrics that arrived."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not condition(list(self._points)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    names = sorted({p["name"] for p in self._points})
-                    raise TimeoutError(f"metrics received after {timeout} s did not satisfy the condition: {names}")
-                self._cond.wait(left)
-            return list(self._points)
-
     @property
     def requests(self) -> int:
         """Export requests received (spans or not)."""
@@ -184,34 +170,35 @@ class OtlpReceiver:
 
     def wait_for(self, condition: Callable[[list[dict[str, Any]]], bool], timeout: float) -> list[dict[str, Any]]:
         """The spans once ``condition(spans)`` holds; raises TimeoutError with what arrived."""
+        return self._wait(self._spans, "spans", condition, timeout)
+
+    def wait_for_points(self, condition: Callable[[list[dict[str, Any]]], bool],
+                        timeout: float) -> list[dict[str, Any]]:
+        """The metric data points once ``condition(points)`` holds; raises TimeoutError
+        naming the metrics that arrived."""
+        return self._wait(self._points, "metrics", condition, timeout)
+
+    def _wait(self, items: list[dict[str, Any]], what: str, condition: Callable[[list[dict[str, Any]]], bool],
+              timeout: float) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while not condition(list(self._spans)):
+            while not condition(list(items)):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    names = sorted(s["name"] for s in self._spans)
-                    raise TimeoutError(f"spans received after {timeout} s did not satisfy the condition: {names}")
+                    names = sorted({item["name"] for item in items})
+                    raise TimeoutError(f"{what} received after {timeout} s did not satisfy the condition: {names}")
                 self._cond.wait(left)
-            return list(self._spans)
+            return list(items)
 
-    def _add(self, spans: list[dict[str, Any]]) -> None:
+    def _add(self, items: list[dict[str, Any]], received: list[dict[str, Any]], jsonl: Path | None) -> None:
+        """Keep ``received`` (spans or points) in ``items`` and append them to ``jsonl``."""
         with self._cond:
             self._requests += 1
-            self._spans.extend(spans)
-            if self._jsonl is not None and spans:
-                with self._jsonl.open("a") as out:
-                    for span in spans:
-                        out.write(json.dumps(span) + "\n")
-            self._cond.notify_all()
-
-    def _add_points(self, points: list[dict[str, Any]]) -> None:
-        with self._cond:
-            self._requests += 1
-            self._points.extend(points)
-            if self._metrics_jsonl is not None and points:
-                with self._metrics_jsonl.open("a") as out:
-                    for point in points:
-                        out.write(json.dumps(point) + "\n")
+            items.extend(received)
+            if jsonl is not None and received:
+                with jsonl.open("a") as out:
+                    for item in received:
+                        out.write(json.dumps(item) + "\n")
             self._cond.notify_all()
 
     def start(self) -> "OtlpReceiver":

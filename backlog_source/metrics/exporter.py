@@ -18,7 +18,6 @@ import logging
 from collections.abc import Mapping
 
 from backlog_source.core import __version__
-from backlog_source.core.errors import ConfigError
 from backlog_source.core.tracing import exporter as tracing_exporter
 from backlog_source.metrics import names
 from backlog_source.metrics.state import BacklogMetrics
@@ -37,7 +36,7 @@ def exporter_names(env: Mapping[str, str] | None = None) -> list[str]:
     ``grpc`` without the gRPC exporter installed."""
     found = tracing_exporter.exporter_names(env, SIGNAL)
     if "otlp" in found and tracing_exporter.otlp_protocol(env, SIGNAL) == "grpc":
-        _grpc_exporter_class()
+        tracing_exporter.grpc_exporter_class(SIGNAL)
     return found
 
 
@@ -104,18 +103,7 @@ def _exporter(name: str):
 
         return ConsoleMetricExporter()
     if tracing_exporter.otlp_protocol(None, SIGNAL) == "grpc":
-        return _grpc_exporter_class()()
+        return tracing_exporter.grpc_exporter_class(SIGNAL)()
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return OTLPMetricExporter()
-
-
-def _grpc_exporter_class():
-    try:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    except ImportError:
-        raise ConfigError(
-            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the gRPC exporter: pip install 'backlog-source[otlp-grpc]' "
-            "(or use http/protobuf)"
-        ) from None
-    return OTLPMetricExporter

@@ -22,6 +22,7 @@ Exporting never raises into the caller: a broken collector costs spans, not the 
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import signal
@@ -120,7 +121,7 @@ def validate_environment() -> None:
     :func:`~backlog_source.mode_switch.start_backlog_aware`); executors only log it.
     """
     if "otlp" in exporter_names() and otlp_protocol() == "grpc":
-        _grpc_exporter_class()
+        grpc_exporter_class()
 
 
 def enabled() -> bool:
@@ -213,15 +214,23 @@ def _flush_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _grpc_exporter_class():
+#: The gRPC OTLP exporter class of each signal: (module under
+#: ``opentelemetry.exporter.otlp.proto.grpc``, class).
+_GRPC_EXPORTERS = {"traces": ("trace_exporter", "OTLPSpanExporter"),
+                   "metrics": ("metric_exporter", "OTLPMetricExporter")}
+
+
+def grpc_exporter_class(signal: str = "traces"):
+    """The gRPC OTLP exporter class for ``signal``; raises :class:`ConfigError` saying how to
+    install it when the ``otlp-grpc`` extra is missing."""
+    module, name = _GRPC_EXPORTERS[signal]
     try:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        return getattr(importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{module}"), name)
     except ImportError:
         raise ConfigError(
             "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the gRPC exporter: pip install 'backlog-source[otlp-grpc]' "
             "(or use http/protobuf)"
         ) from None
-    return OTLPSpanExporter
 
 
 class _Tracing:
@@ -266,7 +275,7 @@ def _exporter(name: str):
 
         return ConsoleSpanExporter()
     if otlp_protocol() == "grpc":
-        return _grpc_exporter_class()()
+        return grpc_exporter_class()()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()
