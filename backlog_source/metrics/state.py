@@ -17,7 +17,10 @@ Where each figure comes from (nothing is recomputed from Kafka here):
 * records in: Spark's ``numInputRows`` of the source; bytes in: the batch's ``plan.bytes``.
 
 Counters count each batch once: a progress event for a batch id already counted (a query
-restarted on its checkpoint replays its last batch) adds nothing.
+restarted on its checkpoint replays its last batch) adds nothing. A query is known by its
+id, which its checkpoint keeps: when a run terminates its series stop, and a new run of the
+same query (a restart-method switch, whose old run's termination may arrive before or after
+the switch is reported, or a restart by the user) continues them, counters included.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.metrics import names
 from backlog_source.metrics.names import Instrument
+
+#: How many ended queries are remembered (a new run of one continues its counters).
+MAX_ENDED = 64
 
 #: One measurement: its value and attributes.
 Observation = tuple[float, dict[str, str | int]]
@@ -61,6 +67,7 @@ class _Source:
 
 @dataclass
 class _Query:
+    ended: bool = False  # its run terminated: no series until a new run (or a restart switch) reports
     name: str | None = None
     last_batch_id: int = -1
     sources: dict[str, _Source] = field(default_factory=dict)
@@ -84,7 +91,7 @@ class BacklogMetrics:
                   reports: tuple[SourceReport, ...]) -> None:
         """A batch of ``query_id`` committed with these backlog sources."""
         with self._lock:
-            query = self._queries.setdefault(query_id, _Query())
+            query = self._live(query_id)
             query.name = query_name or None
             count = batch_id > query.last_batch_id
             query.last_batch_id = max(query.last_batch_id, batch_id)
@@ -94,19 +101,33 @@ class BacklogMetrics:
     def adopted(self, query_id: str, mode: str) -> None:
         """A mode switch follows ``query_id``, which runs in ``mode`` now (no switch counted)."""
         with self._lock:
-            self._queries.setdefault(query_id, _Query()).mode = mode
+            self._live(query_id).mode = mode
 
     def switched(self, query_id: str, mode: str) -> None:
         """``query_id``'s trigger was switched to ``mode``."""
         with self._lock:
-            query = self._queries.setdefault(query_id, _Query())
+            query = self._live(query_id)
             query.mode = mode
             query.switches[mode] = query.switches.get(mode, 0) + 1
 
     def terminated(self, query_id: str) -> None:
-        """The query ended (stopped or failed): its series end with it."""
+        """A run of the query ended (stopped, failed, or stopped by a restart switch): its
+        series stop until a new run reports. The :data:`MAX_ENDED` most recently ended
+        queries are remembered, the older ones forgotten."""
         with self._lock:
-            self._queries.pop(query_id, None)
+            query = self._queries.pop(query_id, None)
+            if query is None:
+                return
+            query.ended = True
+            self._queries[query_id] = query  # last in order: the most recently ended
+            ended = [q for q, found in self._queries.items() if found.ended]
+            for forgotten in ended[:-MAX_ENDED]:
+                del self._queries[forgotten]
+
+    def _live(self, query_id: str) -> _Query:  # with self._lock held
+        query = self._queries.setdefault(query_id, _Query())
+        query.ended = False
+        return query
 
     # -- read by the exporter ---------------------------------------------------------
 
@@ -114,8 +135,8 @@ class BacklogMetrics:
         """The current value of ``instrument`` for every series (counters: cumulative)."""
         now_ms = self._clock_ms()
         with self._lock:
-            return [obs for query_id, query in self._queries.items() for obs in _observe(instrument, query_id, query,
-                                                                                         self._modes, now_ms)]
+            return [obs for query_id, query in self._queries.items() if not query.ended
+                    for obs in _observe(instrument, query_id, query, self._modes, now_ms)]
 
 
 def _update(source: _Source, report: SourceReport, count: bool) -> None:

@@ -97,3 +97,34 @@ def test_queries_are_kept_apart_and_a_terminated_query_ends_its_series():
     assert sorted(attrs[names.QUERY_ID] for _, attrs in m.observe(names.RECORDS_IN)) == ["q1", "q2"]
     m.terminated("q1")
     assert [attrs[names.QUERY_ID] for _, attrs in m.observe(names.RECORDS_IN)] == ["q2"]
+
+
+def test_a_restart_switch_continues_the_querys_series_whichever_event_comes_first():
+    for terminated_first in (True, False):
+        m = metrics()
+        m.committed("q", None, 3, (catch_up_batch(),))
+        m.adopted("q", "high-throughput")
+        if terminated_first:
+            m.terminated("q")  # the old run's termination, then the switch is reported
+            assert m.observe(names.RECORDS_IN) == []
+            m.switched("q", "low-latency")
+        else:
+            m.switched("q", "low-latency")
+            m.terminated("q")
+            m.committed("q", None, 3, (catch_up_batch(),))  # the new run replays the last batch
+        m.committed("q", None, 4, (catch_up_batch(),))
+        assert values(m, names.RECORDS_IN) == {(None, None, None): 400.0}
+        assert values(m, names.MODE_SWITCHES) == {(None, None, "low-latency"): 1.0}
+        assert values(m, names.MODE)[(None, None, "low-latency")] == 1.0
+
+
+def test_only_the_most_recently_ended_queries_are_remembered():
+    from backlog_source.metrics.state import MAX_ENDED
+
+    m = metrics()
+    for n in range(MAX_ENDED + 5):
+        m.committed(f"q{n}", None, 0, (catch_up_batch(),))
+        m.terminated(f"q{n}")
+    m.committed("q0", None, 1, (catch_up_batch(),))  # forgotten: starts again
+    m.committed(f"q{MAX_ENDED + 4}", None, 1, (catch_up_batch(),))  # remembered: continues
+    assert {a[names.QUERY_ID]: v for v, a in m.observe(names.RECORDS_IN)} == {"q0": 200.0, f"q{MAX_ENDED + 4}": 400.0}
