@@ -32,19 +32,18 @@ Writes ``benchmarks/results/pyspark_bytecode/pyspark_bytecode.json`` and ``.md``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
-from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
+from pathlib import Path
+
+from backlog_source.pyspark_bytecode import write_compiled
 from benchmarks.harness.pyspark_layout import RUNNER_MODULE, installed_spark_home, spark_worker_path
 from benchmarks.harness.results import machine, results_folder, write_results
 from benchmarks.harness.stats import fmt, median_and_spread, with_spread
-from pathlib import Path
 
 
 def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
@@ -54,14 +53,7 @@ def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
     _link_all_but(spark_home / "python", destination / "python", "lib")
     lib = destination / "python" / "lib"
     _link_all_but(spark_home / "python" / "lib", lib, "pyspark.zip")
-    with zipfile.ZipFile(spark_home / "python" / "lib" / "pyspark.zip") as source, \
-            zipfile.ZipFile(lib / "pyspark.zip", "w", zipfile.ZIP_DEFLATED) as target:
-        for info in source.infolist():
-            data = source.read(info)
-            target.writestr(info, data)
-            if info.filename.endswith(".py"):
-                code = compile(data, info.filename, "exec", dont_inherit=True)
-                target.writestr(info.filename + "c", bytes(_code_to_hash_pyc(code, importlib.util.source_hash(data), False)))
+    write_compiled(spark_home / "python" / "lib" / "pyspark.zip", lib / "pyspark.zip")
     return destination
 
 
