@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
 from pathlib import Path
 
+import pyspark
+
 from backlog_source.core.errors import BacklogSourceError
 
 BACKUP_SUFFIX = ".backlog-source-backup"
@@ -55,8 +57,6 @@ def locate(spark_home: str | Path | None = None) -> Path:
     if spark_home is None:
         spark_home = os.environ.get("SPARK_HOME")
     if spark_home is None:
-        import pyspark
-
         spark_home = Path(pyspark.__file__).resolve().parent
     found = Path(spark_home) / "python" / "lib" / "pyspark.zip"
     if not found.is_file():
