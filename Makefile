@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh, with PySpark's Ivy).
 JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
-BENCHMARKS := broker_growth catch_up_budgets consumer_reuse latency latency_versus_kafka mode_switch pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap tracing_cost
+BENCHMARKS := broker_growth catch_up_budgets consumer_reuse latency latency_versus_kafka mode_switch pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost
 
-.PHONY: jvm test test-wheel test-unit test-integration demo bench $(addprefix bench-,$(BENCHMARKS)) check-tools clean
+.PHONY: jvm test test-wheel test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -48,6 +48,10 @@ demo: $(STAMP) $(JVM_STAMP)
 # Benchmarks (benchmarks/README.md): `make bench` is the read-throughput headline; each
 # benchmark also has its own target, `make bench-<name>` = `python -m benchmarks.<name>`.
 bench: bench-read_throughput
+
+# Half an hour on three brokers that die (benchmarks/soak.py); longer: make soak SOAK_ARGS="--minutes 120".
+soak: $(STAMP) $(JVM_STAMP)
+	$(PY) -m benchmarks.soak $(SOAK_ARGS)
 
 $(addprefix bench-,$(BENCHMARKS)): bench-%: $(STAMP) $(JVM_STAMP)
 	$(PY) -m benchmarks.$*

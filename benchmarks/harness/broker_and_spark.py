@@ -19,7 +19,7 @@ from benchmarks.harness.progress import ProgressLog
 from benchmarks.harness.runs import backlog_stream, run_available_now
 
 #: The project's package folders (installed under ``backlog_source`` by the build).
-PROJECT_PACKAGES = ("backlog_source", "enumerator", "reader", "events")
+PROJECT_PACKAGES = ("backlog_source", "core", "split", "events", "enumerator", "reader")
 
 
 def compile_project_bytecode() -> None:
