@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,10 @@ class ProgressLog:
     """Every progress event of the watched queries, as dicts (``recentProgress`` keeps only
     the last 100). Register once per session with ``spark.streams.addListener``."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_event: Callable[[dict], None] | None = None, keep: bool = True) -> None:
+        """``on_event``: also called with each progress dict, on Spark's listener thread
+        (e.g. to append it to a file); ``keep=False``: only that, nothing kept in memory (a
+        soak must not grow for its own bookkeeping)."""
         from pyspark.sql.streaming import StreamingQueryListener
 
         log = self
@@ -41,8 +45,12 @@ class ProgressLog:
                 pass
 
             def onQueryProgress(self, event):
-                with log.lock:
-                    log.events.setdefault(str(event.progress.id), []).append(json.loads(event.progress.json))
+                progress = json.loads(event.progress.json)
+                if keep:
+                    with log.lock:
+                        log.events.setdefault(str(event.progress.id), []).append(progress)
+                if on_event is not None:
+                    on_event(progress)
 
         self.lock = threading.Lock()
         self.events: dict[str, list[dict]] = {}

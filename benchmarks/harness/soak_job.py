@@ -23,9 +23,9 @@ def main() -> None:
     bootstrap, topic, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQueryListener
 
     from backlog_source import BacklogDataSource, start_backlog_aware
+    from benchmarks.harness.progress import ProgressLog
 
     spark = (SparkSession.builder.master("local[2]").appName("backlog-soak").config("spark.ui.enabled", "false")
              .getOrCreate())
@@ -33,21 +33,11 @@ def main() -> None:
     spark.dataSource.register(BacklogDataSource)
     progress_file = open(out / "progress.jsonl", "a")
 
-    class Recorder(StreamingQueryListener):
-        def onQueryStarted(self, event):
-            pass
+    def record(progress: dict) -> None:
+        progress_file.write(json.dumps(progress) + "\n")
+        progress_file.flush()
 
-        def onQueryIdle(self, event):
-            pass
-
-        def onQueryTerminated(self, event):
-            pass
-
-        def onQueryProgress(self, event):
-            progress_file.write(json.dumps(json.loads(event.progress.json)) + "\n")
-            progress_file.flush()
-
-    spark.streams.addListener(Recorder())
+    spark.streams.addListener(ProgressLog(on_event=record, keep=False).listener)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).option("startingOffsets", "earliest").load())
     writer = (df.writeStream.format("parquet").option("path", str(out / "parquet"))
