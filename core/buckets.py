@@ -57,10 +57,15 @@ def from_nested(nested: Any, what: str) -> dict[Bucket, int]:
 
 @dataclass(frozen=True)
 class TopicIdentity:
-    """A topic's id (a re-created topic gets a new one) and partition count."""
+    """A topic's id (a re-created topic gets a new one), partition count, and whether Kafka
+    counts it as one of its own internal topics (``__consumer_offsets``,
+    ``__transaction_state``, ...: the broker's flag, not a ``__`` prefix a user topic may have
+    too). A pattern never selects an internal topic, as Spark's admin listing leaves them out;
+    ``subscribe`` and ``assign`` read them when named."""
 
     topic_id: str
     partitions: int
+    internal: bool = False
 
     def __str__(self) -> str:
         return f"id {self.topic_id}, {self.partitions} partition(s)"

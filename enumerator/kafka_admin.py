@@ -88,8 +88,9 @@ class OffsetsClient(Protocol):
         topic of the cluster when ``topics`` is None."""
 
     def topic_names(self) -> set[str]:
-        """The names of every non-internal topic the cluster lists, including topics being
-        created or deleted (:meth:`describe_topics` tells which exist)."""
+        """The names of every topic the cluster lists, including topics being created or
+        deleted and Kafka's internal topics (:meth:`describe_topics` tells which exist and which
+        are internal)."""
 
     def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
         """The id and partition count of each of ``topics`` that exists; a topic that does
@@ -307,7 +308,8 @@ class KafkaOffsetsClient:
             metadata = self._client().list_topics(timeout=timeout_s)
             # A topic error here (being created, being deleted, leaders moving) is left for
             # describe_topics to settle: a listing is only the candidates a pattern selects from.
-            return {name for name in metadata.topics if not name.startswith("__")}
+            # Internal topics are listed too: the listing has no flag for them, the description has.
+            return set(metadata.topics)
 
         return self._call("listing topics", request)
 
@@ -328,7 +330,8 @@ class KafkaOffsetsClient:
                     if _error_code(exc) not in _UNKNOWN_TOPIC:
                         raise
                     continue
-                found[name] = TopicIdentity(str(description.topic_id), len(description.partitions))
+                found[name] = TopicIdentity(str(description.topic_id), len(description.partitions),
+                                            internal=bool(description.is_internal))
             return found
 
         return self._call("describing the subscribed topics", request)

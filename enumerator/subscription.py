@@ -51,8 +51,9 @@ class Subscription:
         ``subscribe``: subscribed topics that do not exist yet are logged once and read once
         they appear, as in Spark. ``subscribePattern``: every topic whose name the pattern
         matches *anywhere* (Python's ``re.search``, as Spark's ``findFirstIn``; anchor it
-        with ``^...$`` for whole names, as Kafka's own consumer matches), never an internal
-        topic (``__``-prefixed) nor the control topic. ``assign``: the assigned partitions
+        with ``^...$`` for whole names, as Kafka's own consumer matches), never one of Kafka's
+        internal topics (by the broker's flag: a user topic named ``__...`` is selected, as
+        Spark selects it) nor the control topic. ``assign``: the assigned partitions
         of topics that exist."""
         settings = self._settings
         if settings.assign is not None:
@@ -69,8 +70,9 @@ class Subscription:
         else:
             assert self._pattern is not None
             matched = [t for t in self._client.topic_names()
-                       if self._pattern.search(t) and t != settings.backlog_events_topic and not t.startswith("__")]
-            topics = self._client.describe_topics(matched)
+                       if self._pattern.search(t) and t != settings.backlog_events_topic]
+            topics = {name: identity for name, identity in self._client.describe_topics(matched).items()
+                      if not identity.internal}
         buckets = {Bucket(topic, p) for topic, identity in topics.items() for p in range(identity.partitions)}
         return Covered(topics, frozenset(buckets))
 

@@ -24,6 +24,9 @@ from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.switchers import Switched, SwitchMethod
 
+#: The topics a fake cluster flags as internal, as Apache Kafka flags its own.
+KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
 
 @dataclass
 class FakeOffsetsClient:
@@ -48,11 +51,12 @@ class FakeOffsetsClient:
 
     def topic_names(self) -> set[str]:
         self.calls.append("topic_names")
-        return {topic for topic in self.topics if not topic.startswith("__")}
+        return set(self.topics)
 
     def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicIdentity]:
         self.calls.append("describe_topics")
-        return {t: TopicIdentity(self.topic_ids.setdefault(t, f"{t}-0"), len(self.topics[t]))
+        return {t: TopicIdentity(self.topic_ids.setdefault(t, f"{t}-0"), len(self.topics[t]),
+                                 internal=t in KAFKA_INTERNAL_TOPICS)
                 for t in topics if t in self.topics}
 
     def _pair(self, bucket: Bucket) -> tuple[int, int]:
@@ -642,7 +646,8 @@ def describe(known: dict[str, int], topic_id="id-1", leader: int = 1):
     def answer(topics):
         return {name: future(SimpleNamespace(partitions=[SimpleNamespace(id=p, leader=SimpleNamespace(id=leader))
                                                          if leader >= 0 else SimpleNamespace(id=p, leader=None)
-                                                         for p in range(known[name])], topic_id=topic_id))
+                                                         for p in range(known[name])], topic_id=topic_id,
+                                                  is_internal=name in KAFKA_INTERNAL_TOPICS))
                 if name in known else future(error=failed(KafkaError.UNKNOWN_TOPIC_OR_PART)) for name in topics.topic_names}
     return answer
 

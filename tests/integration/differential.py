@@ -5,7 +5,8 @@ column (key, value, topic, partition, offset, timestamp, timestampType, headers)
 Both queries run in the test session (Spark's connector is on its ``spark.jars``), each into
 a ``foreachBatch`` that collects its batch on the driver, so rows and batch boundaries are
 compared exactly. Options are the ones both sources take; ``backlog_only`` adds
-``format("backlog")``'s own (``backlog.*``).
+``format("backlog")``'s own (``backlog.*``). Batch reads (:func:`both`) are compared the
+same way, one ``collect()`` each.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from confluent_kafka import Producer
 from pyspark.errors import StreamingQueryException
 
 from tests.integration.helpers import wait_for
 
 #: The source's columns, in Spark's order (``KafkaRecordToRowConverter``).
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+#: The first record's timestamp in :func:`fill_counts`.
+BASE_TS = 1_700_000_000_000
 
 
 def row_tuple(row) -> tuple:
@@ -141,3 +145,34 @@ def _await(query, timeout_s: float) -> None:
         query.awaitTermination(timeout_s)
     except StreamingQueryException:
         pass  # the caller reads query.exception()
+
+
+# ---------------------------------------------------------------- batch reads
+
+
+def batch_read(spark, source: str, bootstrap: str, options: dict):
+    """The sorted rows of a batch read, or the failure's text (a failure is an outcome)."""
+    reader = spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    try:
+        rows = reader.load().collect()
+    except Exception as exc:  # noqa: BLE001 - compared: both sources must fail alike
+        return f"failed: {str(exc)[:6000]}"
+    return sorted((row_tuple(r) for r in rows), key=lambda r: (r[2], r[3], r[4]))
+
+
+def fill_counts(bootstrap: str, topic: str, counts: list[int], headers=None) -> None:
+    """``counts[p]`` records in partition ``p``: keys ``k<n>``, every seventh value null,
+    timestamps one second apart from :data:`BASE_TS`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for p, count in enumerate(counts):
+        for n in range(count):
+            producer.produce(topic, partition=p, key=f"k{n}".encode(), value=None if n % 7 == 3 else f"{p}-{n}".encode(),
+                             headers=headers, timestamp=BASE_TS + n * 1000)
+    assert producer.flush(30) == 0
+
+
+def both(spark, broker, options):
+    return (batch_read(spark, "kafka", broker.bootstrap_servers, options),
+            batch_read(spark, "backlog", broker.bootstrap_servers, options))

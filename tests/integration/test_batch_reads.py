@@ -14,48 +14,20 @@ import os
 import uuid
 
 import pytest
-from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backlog_source.demo.embedded_broker import create_topic
-from tests.integration.differential import row_tuple
+from tests.integration.differential import BASE_TS, both, fill_counts
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("BACKLOG_SOURCE_SIDE_BY_SIDE_EXAMPLES", "6"))
-BASE_TS = 1_700_000_000_000
-
-
-def batch_read(spark, source: str, bootstrap: str, options: dict):
-    """The sorted rows of a batch read, or the failure's text (a failure is an outcome)."""
-    reader = spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    try:
-        rows = reader.load().collect()
-    except Exception as exc:  # noqa: BLE001 - compared: both sources must fail alike
-        return f"failed: {str(exc)[:6000]}"
-    return sorted((row_tuple(r) for r in rows), key=lambda r: (r[2], r[3], r[4]))
-
-
-def fill(bootstrap: str, topic: str, counts: list[int], headers=None) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for p, count in enumerate(counts):
-        for n in range(count):
-            producer.produce(topic, partition=p, key=f"k{n}".encode(), value=None if n % 7 == 3 else f"{p}-{n}".encode(),
-                             headers=headers, timestamp=BASE_TS + n * 1000)
-    assert producer.flush(30) == 0
-
-
-def both(spark, broker, options):
-    return (batch_read(spark, "kafka", broker.bootstrap_servers, options),
-            batch_read(spark, "backlog", broker.bootstrap_servers, options))
 
 
 def test_a_batch_read_reads_what_sparks_batch_read_reads(spark, broker, topic_name):
     create_topic(broker.bootstrap_servers, topic_name, 3)
-    fill(broker.bootstrap_servers, topic_name, [20, 0, 7], headers=[("h", b"1")])
+    fill_counts(broker.bootstrap_servers, topic_name, [20, 0, 7], headers=[("h", b"1")])
     cases = [
         {},
         {"startingOffsets": json.dumps({topic_name: {"0": 5, "1": -2, "2": -2}}),
@@ -83,7 +55,7 @@ def test_a_batch_read_reads_what_sparks_batch_read_reads(spark, broker, topic_na
 ])
 def test_what_sparks_batch_read_refuses_is_refused(spark, broker, topic_name, options, ours):
     create_topic(broker.bootstrap_servers, topic_name, 1)
-    fill(broker.bootstrap_servers, topic_name, [3])
+    fill_counts(broker.bootstrap_servers, topic_name, [3])
     options = {k: (json.dumps({topic_name: {"0": int(v[5:])}}) if v.startswith("JSON:") else v) for k, v in options.items()}
     kafka, backlog = both(spark, broker, {"subscribe": topic_name, **options})
     assert isinstance(kafka, str) and isinstance(backlog, str), (kafka, backlog)
@@ -94,7 +66,7 @@ def test_a_pattern_selects_the_topics_sparks_pattern_selects(spark, broker):
     prefix = f"p{uuid.uuid4().hex[:8]}"
     for suffix in ("_t1", "_t2", "_t1x", "_u1"):
         create_topic(broker.bootstrap_servers, prefix + suffix, 1)
-        fill(broker.bootstrap_servers, prefix + suffix, [2])
+        fill_counts(broker.bootstrap_servers, prefix + suffix, [2])
     for pattern in (f"{prefix}_t[0-9]+", f"^{prefix}_t[0-9]+$", f"{prefix}_(t|u)1"):
         kafka, backlog = both(spark, broker, {"subscribePattern": pattern})
         assert not isinstance(kafka, str), kafka
@@ -122,7 +94,7 @@ def test_generated_offset_ranges_read_alike_or_fail_alike(spark, broker, case):
     counts, drawn = case
     topic = f"b-{uuid.uuid4().hex[:10]}"
     create_topic(broker.bootstrap_servers, topic, len(counts))
-    fill(broker.bootstrap_servers, topic, counts)
+    fill_counts(broker.bootstrap_servers, topic, counts)
     options = {"subscribe": topic, **{k: (json.dumps({topic: v}) if isinstance(v, dict) else str(v))
                                       for k, v in drawn.items()}}
     kafka, backlog = both(spark, broker, options)

@@ -51,12 +51,18 @@ def test_no_leaders_for_a_topic_that_still_exists_is_retried_as_before():
     assert offsets_client.latest_offsets([A0]) == {A0: 5}
 
 
-def test_topic_names_lists_every_non_internal_topic_and_describe_gives_ids_of_those_that_exist():
+def test_topic_names_lists_every_topic_and_describe_gives_ids_of_those_that_exist():
     listing = SimpleNamespace(topics={"a": SimpleNamespace(error=None), "being-deleted": SimpleNamespace(
         error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE)), "__consumer_offsets": SimpleNamespace(error=None)})
     offsets_client, _, _ = client([lambda: listing, describe({"a": 3}, topic_id="id-a")])
-    assert offsets_client.topic_names() == {"a", "being-deleted"}
+    assert offsets_client.topic_names() == {"a", "being-deleted", "__consumer_offsets"}
     assert offsets_client.describe_topics(["a", "being-deleted"]) == {"a": TopicIdentity("id-a", 3)}
+
+
+def test_describe_carries_kafkas_internal_flag():
+    offsets_client, _, _ = client([describe({"__consumer_offsets": 50, "__audit": 1})])
+    described = offsets_client.describe_topics(["__consumer_offsets", "__audit"])
+    assert described["__consumer_offsets"].internal and not described["__audit"].internal
 
 
 def test_a_request_that_used_its_share_is_retried_after_the_retry_interval():

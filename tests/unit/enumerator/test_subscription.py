@@ -45,6 +45,13 @@ def test_a_pattern_matches_anywhere_in_a_name_as_sparks_find_first_in_does_and_n
     assert subscription(client, subscribePattern="consumer_offsets|events").buckets() == set()
 
 
+def test_a_user_topic_named_with_two_underscores_is_not_internal():
+    """Kafka flags its own topics; a user may name one ``__audit``, and Spark's pattern selects it."""
+    client = FakeOffsetsClient({"__audit_t1": [(0, 0)], "__transaction_state": [(0, 0)], "__consumer_offsets": [(0, 0)]})
+    assert subscription(client, subscribePattern="_t").buckets() == {Bucket("__audit_t1", 0)}
+    assert subscription(client, subscribePattern="__").buckets() == {Bucket("__audit_t1", 0)}
+
+
 def test_a_pattern_selects_as_sparks_rule_on_the_issues_topics():
     client = FakeOffsetsClient({"X_t1": [(0, 0)], "X_t2": [(0, 0)], "X_t1x": [(0, 0)], "Y_t1": [(0, 0)]})
     assert {b.topic for b in subscription(client, subscribePattern="X_t[0-9]+").buckets()} == {"X_t1", "X_t2", "X_t1x"}
