@@ -17,6 +17,8 @@ Checked and reported:
   the driver's Python and of each Python worker, open file descriptors and threads (from
   /proc), and the bytes the job logged; "flat" = the median of the run's last two minutes
   is within 10 % of the median of the two minutes after its first five (per driver run);
+  the driver JVM's heap too (``jstat -gc``: used, committed, old generation), which tells a
+  heap growing to its working size from live data growing;
 * end-to-end latency p50/p99 per 5-minute window (a record's broker append time to the
   commit of the batch that read it).
 
@@ -58,6 +60,8 @@ CLUSTER_SETTINGS = {"default.replication.factor": "3", "min.insync.replicas": "2
 FLAT_TOLERANCE = 0.10
 WARM_UP_S = 300.0
 WINDOW_S = 300.0
+#: The driver JVM's heap (``jstat``), judged beside its RSS: see :func:`jvm_heap`.
+JVM_HEAP_METRICS = ("heap_used_mib", "heap_committed_mib", "old_used_mib")
 
 
 # ------------------------------------------------------------------ the producer (own process)
@@ -140,8 +144,30 @@ def _process(pid: int) -> dict | None:
         return None
     kind = "driver JVM" if "java" in command.split(" ")[0] else (
         "driver Python" if "benchmarks.harness.soak_job" in command else "Python worker")
-    return {"pid": pid, "kind": kind, "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
-            "threads": int(fields["Threads"]), "fds": fds}
+    found = {"pid": pid, "kind": kind, "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+             "threads": int(fields["Threads"]), "fds": fds}
+    if kind == "driver JVM":
+        found.update(jvm_heap(pid))
+    return found
+
+
+def jvm_heap(pid: int) -> dict:
+    """The JVM's heap, from ``jstat -gc`` (KiB columns): what its resident memory holds.
+    RSS only grows when G1 commits more heap and rarely gives it back, so a step in RSS is
+    either the heap growing to its working size or live data growing: ``heap_used_mib`` (a
+    sawtooth: the median over minutes is its level) and ``old_used_mib`` (what survived
+    young collections) tell which. Empty when ``jstat`` is missing or the JVM is gone."""
+    try:
+        lines = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=20).stdout.split("\n")
+        columns = dict(zip(lines[0].split(), (float(v) for v in lines[1].split())))
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+    try:
+        return {"heap_used_mib": (columns["S0U"] + columns["S1U"] + columns["EU"] + columns["OU"]) / 1024,
+                "heap_committed_mib": (columns["S0C"] + columns["S1C"] + columns["EC"] + columns["OC"]) / 1024,
+                "old_used_mib": columns["OU"] / 1024}
+    except KeyError:
+        return {}
 
 
 def sample(job: Job, since: float) -> dict:
@@ -251,6 +277,7 @@ def summarize(args, delivered, failures, failure_samples, written, samples, even
     written_set = set(written)
     growth = {kind: {metric: flatness(samples, kind, metric) for metric in ("rss_mib", "fds", "threads")}
               for kind in ("driver JVM", "driver Python", "Python worker")}
+    growth["driver JVM"].update({metric: flatness(samples, "driver JVM", metric) for metric in JVM_HEAP_METRICS})
     per_minute = log_rate(samples)
     return {
         "command": f".venv/bin/python -m benchmarks.soak --minutes {args.minutes} --rate {args.rate:g} "
@@ -278,7 +305,7 @@ def _values(samples: list[dict], kind: str, metric: str) -> list[tuple[float, in
     """``(at_s, run, value)``: the largest process of ``kind`` (workers: each is judged by the largest)."""
     found = []
     for s in samples:
-        values = [p[metric] for p in s["processes"] if p["kind"] == kind]
+        values = [p[metric] for p in s["processes"] if p["kind"] == kind and metric in p]
         if values:
             found.append((s["at_s"], s["run"], float(max(values))))
     return found
@@ -351,18 +378,24 @@ def picture(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(11, 12), sharex=True)
     for ax, metric, label in zip(axes[:3], ("rss_mib", "fds", "threads"), ("resident MiB", "open fds", "threads")):
         for kind, color in (("driver JVM", "tab:blue"), ("driver Python", "tab:green"), ("Python worker", "tab:orange")):
             points = _values(summary["samples"], kind, metric)
             ax.plot([p[0] / 60 for p in points], [p[2] for p in points], ".", markersize=3, color=color, label=kind)
         ax.set_ylabel(label)
     axes[0].legend(fontsize=8)
-    latency = summary["latency_windows"]
-    axes[3].step([w["from_s"] / 60 for w in latency], [w["p99"] for w in latency], where="post", label="p99")
-    axes[3].step([w["from_s"] / 60 for w in latency], [w["p50"] for w in latency], where="post", label="p50")
-    axes[3].set_ylabel("latency (s), per 5 min")
+    for metric, color in zip(JVM_HEAP_METRICS, ("tab:blue", "tab:gray", "tab:red")):
+        points = _values(summary["samples"], "driver JVM", metric)
+        axes[3].plot([p[0] / 60 for p in points], [p[2] for p in points], ".", markersize=3, color=color,
+                     label=metric.removesuffix("_mib").replace("_", " "))
+    axes[3].set_ylabel("driver JVM heap MiB")
     axes[3].legend(fontsize=8)
+    latency = summary["latency_windows"]
+    axes[4].step([w["from_s"] / 60 for w in latency], [w["p99"] for w in latency], where="post", label="p99")
+    axes[4].step([w["from_s"] / 60 for w in latency], [w["p50"] for w in latency], where="post", label="p50")
+    axes[4].set_ylabel("latency (s), per 5 min")
+    axes[4].legend(fontsize=8)
     for ax in axes:
         for event in summary["events"]:
             style = "-" if "driver" in event["what"] else ":"
