@@ -300,6 +300,10 @@ class FakeQuery:
     def status(self) -> dict:
         return {"isTriggerActive": self.trigger_active}
 
+    @property
+    def isActive(self) -> bool:
+        return not self.stopped and self.failure is None
+
     def stop(self) -> None:
         self.stopped = True
         for listener in list(self.spark.listeners):
@@ -805,6 +809,10 @@ class BackToBackQuery:
     def lastProgress(self):
         committed = self.commits_after is not None and self.checks > self.commits_after
         return {"batchId": 8 if committed else 7}
+
+    @property
+    def isActive(self):
+        return not self.stopped
 
     def stop(self):
         self.stopped = True

@@ -16,11 +16,15 @@ daemon thread per installation (``backlog-mode-install``) adopts queries and swi
 Each switch is a ``backlog.mode_switch`` span (:mod:`.switch_span`), as a handle's, ended by
 the query's first trigger under the new interval.
 
-In place only: a query started by the user has no writer this package could restart it
-from. So a query whose running trigger executor cannot be switched in place (Spark Connect,
-whose client holds no JVM objects; a trigger other than a processing-time one, such as
-``availableNow``) is logged once and left as it runs; start such a query with
-``start_backlog_aware``, which can switch by restart.
+In place where the runtime allows it. Spark Connect's client holds no JVM objects, so there a
+query can only be switched by restart, and only when the user allowed it:
+``install(spark, ..., allow_restart=True)`` keeps, from then on, a copy of the writer of each
+backlog query the session starts (:mod:`.connect_starts`), and switches such a query by
+stopping it after its running trigger and starting it again on its checkpoint (a new run
+under the same id: ``spark.streams.get(query_id)`` returns it). A query that can be switched
+neither way (started before ``install`` under Connect, restarts not allowed, a trigger other
+than a processing-time one such as ``availableNow``, a memory sink in append mode) is logged
+once and left as it runs; ``start_backlog_aware`` can switch it by restart.
 
 Per-query intervals: a query's source may set ``backlog.highThroughputInterval`` /
 ``backlog.lowLatencyInterval``; the enumerator writes them into every offset dict it plans
@@ -42,11 +46,12 @@ from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
+from backlog_source.mode_switch.connect_starts import ConnectStarts
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
 from backlog_source.mode_switch.switch_span import SwitchSpan
-from backlog_source.mode_switch.switchers import InPlaceSwitcher, SwitchMethod
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, SwitchMethod
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +61,15 @@ UNINSTALL_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Adopted:
-    """A query an installation switches: its run, the interval it had when adopted, the
-    mode it is in now, and the intervals it switches between (the installation's, or its
-    source's own)."""
+    """A query an installation switches: its run (a restart-method switch starts a new
+    one), the interval it had when adopted, the mode it is in now, the intervals it switches
+    between (the installation's, or its source's own), and how it is switched."""
 
     run_id: str
     started_interval_ms: int
     mode: Mode
     intervals_ms: Mapping[Mode, int] = field(default_factory=dict)
+    method: SwitchMethod = SwitchMethod.IN_PLACE
 
 
 class _Stop:
@@ -77,11 +83,14 @@ class SessionModeSwitch:
     def __init__(self, spark: Any, intervals_ms: Mapping[Mode, int], *,
                  session_listener: SessionListener | None = None,
                  switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare,
-                 metrics: SessionMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: SessionMetrics | None = None, restarts: ConnectStarts | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         """``session_listener``, ``switcher_of`` and ``clock`` (wall-clock seconds) are
         replaced by unit tests only; ``metrics`` (None: off) is told each adopted query's
-        mode and each switch."""
+        mode and each switch; ``restarts`` (None: in place only) knows how the queries it
+        recorded were started, and they are switched by restart."""
         self._spark = spark
+        self._restarts = restarts
         self._clock = clock
         self._switch_spans: dict[str, tuple[int, SwitchSpan]] = {}  # query id -> (applied at ms, its span)
         self._metrics = metrics
@@ -93,6 +102,7 @@ class SessionModeSwitch:
         self._adopted: dict[str, Adopted] = {}
         self._switchers: dict[str, Any] = {}
         self._skipped: dict[str, str] = {}  # run id -> why that run is left as it runs
+        self._replaced: set[str] = set()  # run ids a restart-method switch stopped (late events ignored)
         self._attachment: Attachment | None = None
         self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
 
@@ -128,6 +138,8 @@ class SessionModeSwitch:
         :class:`ModeSwitchError` if the thread did not end in time."""
         if self._attachment is not None:
             self._attachment.detach()
+        if self._restarts is not None:
+            self._restarts.end()
         self._inbox.put(_Stop())
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -151,8 +163,13 @@ class SessionModeSwitch:
 
     def handle(self, message: Any) -> None:
         """One message, on the installation's thread (unit tests call it directly)."""
+        if message.run_id in self._replaced:
+            return  # a late event of a run a restart-method switch replaced
         if isinstance(message, QueryTerminated):
             with self._lock:
+                adopted = self._adopted.get(message.query_id)
+                if adopted is not None and adopted.run_id != message.run_id:
+                    return  # a run this installation replaced by a restart-method switch
                 self._adopted.pop(message.query_id, None)
             self._switchers.pop(message.query_id, None)
             self._end_switch_span(message.query_id, SwitchEndedBy.STOP, self._clock())
@@ -180,22 +197,30 @@ class SessionModeSwitch:
             return
         switcher = self._switchers[query_id]
         decided = self._clock()
-        switcher.switch(wanted)
+        switched = switcher.switch(wanted)
         applied = self._clock()
+        if switched.mode is None:
+            return  # a restart found the query stopped, or its last batch calling for the mode it is in
+        wanted = switched.mode
+        run_id = str(switched.query.runId) if adopted.method is SwitchMethod.RESTART else adopted.run_id
+        if run_id != adopted.run_id:
+            self._replaced.add(adopted.run_id)
         with self._lock:
-            self._adopted[query_id] = Adopted(adopted.run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms)
+            self._adopted[query_id] = Adopted(run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms,
+                                              adopted.method)
         self._end_switch_span(query_id, SwitchEndedBy.STOP, applied)  # a switch before the last took effect
+        restart_seconds = applied - decided if adopted.method is SwitchMethod.RESTART else 0.0
         span = SwitchSpan(
             phase_traceparent=message.traceparent, decided_at=decided, from_mode=adopted.mode, to_mode=wanted,
-            method=SwitchMethod.IN_PLACE, batch_id=message.batch_id,
+            method=adopted.method, batch_id=message.batch_id,
             from_interval_s=adopted.intervals_ms.get(adopted.mode, adopted.started_interval_ms) / 1000,
-            to_interval_s=adopted.intervals_ms[wanted] / 1000, apply_seconds=applied - decided, restart_seconds=0.0,
-            query_id=query_id, run_id=message.run_id)
+            to_interval_s=adopted.intervals_ms[wanted] / 1000, apply_seconds=applied - decided,
+            restart_seconds=restart_seconds, query_id=query_id, run_id=message.run_id)
         self._switch_spans[query_id] = (int(applied * 1000), span)
         if self._metrics is not None:
             self._metrics.switched(query_id, wanted)
-        log.info("install(): query %s switched to %s (%d ms trigger) after batch %d", query_id, wanted.value,
-                 adopted.intervals_ms[wanted], message.batch_id)
+        log.info("install(): query %s switched %s to %s (%d ms trigger) after batch %d", query_id,
+                 adopted.method.value, wanted.value, adopted.intervals_ms[wanted], message.batch_id)
 
     def _adopt(self, message: BatchCommitted) -> Adopted | None:
         """Take a backlog query over: its running trigger executor, whatever interval the
@@ -205,28 +230,47 @@ class SessionModeSwitch:
         if query is None:
             return None  # stopped meanwhile
         intervals_ms = self.intervals_for(message)
-        try:
-            switcher = self._switcher_of(query, intervals_ms)
-            held_ms = switcher.adopt()
-        except ModeSwitchError as exc:
-            self._skip(message, f"it cannot be switched in place ({exc})")
-            return None
-        except Exception as exc:  # Spark Connect: no JVM object behind the query
-            self._skip(message, f"it cannot be switched in place ({type(exc).__name__}: {exc})")
-            return None
-        if held_ms is None:
-            return None
+        method = SwitchMethod.IN_PLACE
+        if self._restarts is not None and self._restarts.knows(query_id):
+            held_ms = self._restarts.interval_ms(query_id)
+            if held_ms is None:
+                self._skip(message, "its trigger is not a processing-time one")
+                return None
+            switcher, method = RestartSwitcher(query, intervals_ms, self._restarts.starter(query_id)), SwitchMethod.RESTART
+        else:
+            try:
+                switcher = self._switcher_of(query, intervals_ms)
+                held_ms = switcher.adopt()
+            except ModeSwitchError as exc:
+                self._skip(message, f"it cannot be switched in place ({exc}){self._no_restart_because()}")
+                return None
+            except Exception as exc:  # Spark Connect: no JVM object behind the query
+                self._skip(message, f"it cannot be switched in place ({type(exc).__name__}: {exc})"
+                                    f"{self._no_restart_because()}")
+                return None
+            if held_ms is None:
+                return None
         # The mode the query runs in now: the interval it holds, if it is one of ours.
         current = next((m for m, ms in intervals_ms.items() if ms == held_ms), None)
         adopted = Adopted(message.run_id, held_ms, current if current is not None else _other(
-            Mode.for_backlog(message.processing_backlog)), intervals_ms)
+            Mode.for_backlog(message.processing_backlog)), intervals_ms, method)
         self._switchers[query_id] = switcher
         with self._lock:
             self._adopted[query_id] = adopted
         if self._metrics is not None:
             self._metrics.adopted(query_id, adopted.mode)
-        log.info("install(): query %s (trigger %d ms) now switches with its backlog", query_id, held_ms)
+        log.info("install(): query %s (trigger %d ms) now switches %s with its backlog", query_id, held_ms,
+                 method.value)
         return adopted
+
+    def _no_restart_because(self) -> str:
+        """Why the installation does not fall back to a restart: restarts not allowed, or
+        the query's start was not recorded (started before ``install``, or a writer that
+        cannot restart)."""
+        if self._restarts is None:
+            return "; restarts are not allowed (install(..., allow_restart=True) under Spark Connect)"
+        return ("; it was started before install(), or its writer cannot restart (no checkpointLocation, "
+                "a memory sink in append mode)")
 
     def _note_trigger(self, query_id: str, started_ms: int, ended_by: SwitchEndedBy) -> None:
         """The first trigger of ``query_id`` that started after its switch was applied runs
@@ -256,8 +300,8 @@ class SessionModeSwitch:
     def _skip(self, message: BatchCommitted, why: str) -> None:
         with self._lock:
             self._skipped[message.run_id] = why
-        log.warning("install(): query %s (run %s) keeps its trigger: %s. Start it with start_backlog_aware to "
-                    "switch it by restart", message.query_id, message.run_id, why)
+        log.warning("install(): query %s (run %s) keeps its trigger: %s. start_backlog_aware can switch it by "
+                    "restart", message.query_id, message.run_id, why)
 
 
 def _other(mode: Mode) -> Mode:
@@ -267,16 +311,29 @@ def _other(mode: Mode) -> Mode:
 
 
 def install(spark: Any, high_throughput_interval: str = "0 seconds",
-            low_latency_interval: str = "1 second") -> SessionModeSwitch:
+            low_latency_interval: str = "1 second", *, allow_restart: bool = False) -> SessionModeSwitch:
     """At job bootstrap: from now on, every query of ``spark`` that reads ``format("backlog")``
     and runs with a processing-time trigger switches between ``high_throughput_interval``
     (while processing backlog) and ``low_latency_interval``, in place, including queries
-    already running. Returns the installation; ``uninstall()`` ends it (queries keep the
-    interval they run with). Raises :class:`~backlog_source.core.errors.ConfigError` for an
-    interval that is not a duration, or for a bad ``OTEL_*`` setting. When the environment
-    asks for OpenTelemetry metrics, the session's backlog metrics are exported too
-    (:mod:`.session_metrics`)."""
+    already running. ``allow_restart`` (Spark Connect, where in place is impossible): queries
+    the session starts from now on are switched by restart (see the module docstring); on
+    classic PySpark it changes nothing. Returns the installation; ``uninstall()`` ends it
+    (queries keep the interval they run with). Raises
+    :class:`~backlog_source.core.errors.ConfigError` for an interval that is not a duration,
+    or for a bad ``OTEL_*`` setting. When the environment asks for OpenTelemetry metrics, the
+    session's backlog metrics are exported too (:mod:`.session_metrics`)."""
     intervals = {Mode.HIGH_THROUGHPUT: duration_ms("high_throughput_interval", high_throughput_interval,
                                                    bare_number_unit=None),
                  Mode.LOW_LATENCY: duration_ms("low_latency_interval", low_latency_interval, bare_number_unit=None)}
-    return SessionModeSwitch(spark, intervals, metrics=session_metrics(spark)).start()
+    restarts = ConnectStarts(spark).begin() if allow_restart and is_connect(spark) else None
+    try:
+        return SessionModeSwitch(spark, intervals, metrics=session_metrics(spark), restarts=restarts).start()
+    except BaseException:
+        if restarts is not None:
+            restarts.end()
+        raise
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (its client holds no JVM objects)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

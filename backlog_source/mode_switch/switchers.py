@@ -218,8 +218,11 @@ class RestartSwitcher:
         """Stop and start again, in the mode the stopped run's last committed batch calls
         for (the new run starts from that batch and may never report again if no new data
         comes), ``to`` when it calls for none. No stop at all when the batches committed
-        while waiting for the running trigger flipped the flag back."""
+        while waiting for the running trigger flipped the flag back, and no start when the
+        query is no longer active (stopped by its user, or failed: never started again)."""
         self._wait_for_trigger_end()
+        if not _is_active(self.query):
+            return Switched(self.query, None)
         called_for = mode_called_for(last_progress(self.query))
         if called_for is not None and called_for is not to:
             return Switched(self.query, None)
@@ -256,6 +259,13 @@ def last_progress(query: Any) -> Any:
         return query.lastProgress
     except Exception:  # the query object may be unusable after a failure
         return None
+
+
+def _is_active(query: Any) -> bool:
+    try:
+        return bool(query.isActive)
+    except Exception:  # the query object may be unusable after a failure
+        return False
 
 
 def _last_batch_id(query: Any) -> int | None:

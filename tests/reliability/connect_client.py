@@ -1,6 +1,6 @@
 """A Spark Connect client for the Connect test: prints one JSON line of what it saw.
 
-    python tests/reliability/connect_client.py CONNECT_URL BOOTSTRAP TOPIC SWITCHED_TOPIC WORK_DIR
+    python tests/reliability/connect_client.py CONNECT_URL BOOTSTRAP TOPIC SWITCHED_TOPIC INSTALLED_TOPIC WORK_DIR
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def connect_session(url: str, timeout_s: float = 120):
 
 
 def main() -> None:
-    url, bootstrap, topic, switched_topic, work = sys.argv[1:6]
+    url, bootstrap, topic, switched_topic, installed_topic, work = sys.argv[1:7]
 
-    from backlog_source import BacklogDataSource, BacklogModeListener, start_backlog_aware
+    from backlog_source import BacklogDataSource, BacklogModeListener, install, start_backlog_aware
 
     spark = connect_session(url)
     report: dict = {"session": type(spark).__module__}
@@ -86,6 +86,33 @@ def main() -> None:
     written = spark.read.parquet(out)
     report["switched_rows"] = written.count()
     report["switched_distinct"] = written.select("partition", "offset").distinct().count()
+
+    # 3. install(allow_restart=True): a plain start() of a backlog query switches by restart;
+    #    a query that reads no format("backlog") is never touched.
+    installation = install(spark, "0 seconds", "500 milliseconds", allow_restart=True)
+    out3 = f"{work}/installed"
+    plain = (source(installed_topic, **{"backlog.maxOffsetsPerTrigger": "2000"}).writeStream.format("parquet")
+             .option("path", out3).option("checkpointLocation", f"{work}/ckpt3").trigger(processingTime="0 seconds")
+             .start())
+    other = (spark.readStream.format("rate").load().writeStream.format("noop")
+             .option("checkpointLocation", f"{work}/ckpt4").trigger(processingTime="1 second").start())
+    deadline = time.time() + 180
+    adopted = None
+    while time.time() < deadline:
+        adopted = installation.adopted.get(plain.id)
+        if adopted is not None and adopted.mode.value == "low-latency":
+            break
+        time.sleep(0.2)
+    report["installed"] = None if adopted is None else {
+        "mode": adopted.mode.value, "method": adopted.method.value, "new_run": adopted.run_id != plain.runId,
+        "running": spark.streams.get(plain.id) is not None and spark.streams.get(plain.id).runId == adopted.run_id,
+        "other_adopted": other.id in installation.adopted, "skipped": installation.skipped}
+    spark.streams.get(plain.id).stop()
+    other.stop()
+    installation.uninstall()
+    written3 = spark.read.parquet(out3)
+    report["installed_rows"] = written3.count()
+    report["installed_distinct"] = written3.select("partition", "offset").distinct().count()
     print("REPORT " + json.dumps(report))
     spark.stop()
 

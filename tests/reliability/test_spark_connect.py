@@ -1,6 +1,6 @@
-"""Spark Connect: the source, the listener and start_backlog_aware (by restart, since a
-Connect client has no JVM objects to change in place) through a local Connect server from
-the pyspark package."""
+"""Spark Connect: the source, the listener, start_backlog_aware and install(allow_restart=True)
+(both by restart, since a Connect client has no JVM objects to change in place) through a
+local Connect server from the pyspark package."""
 
 from __future__ import annotations
 
@@ -43,13 +43,15 @@ def connect_server(tmp_path):
         log.close()
 
 
-def test_source_listener_and_start_backlog_aware_work_through_spark_connect(broker, topic_name, tmp_path,
+def test_source_listener_start_backlog_aware_and_install_work_through_spark_connect(broker, topic_name, tmp_path,
                                                                             connect_server):
     make_topic(broker, topic_name, 2, per_partition=3_000)
-    switched = f"{topic_name}-switched"
+    switched, installed = f"{topic_name}-switched", f"{topic_name}-installed"
     make_topic(broker, switched, 2, per_partition=5_000)  # 10k records at 2k per batch: a backlog
+    make_topic(broker, installed, 2, per_partition=5_000)
     result = subprocess.run([sys.executable, str(CLIENT), connect_server, broker.bootstrap_servers, topic_name,
-                             switched, str(tmp_path)], capture_output=True, text=True, timeout=500, cwd=CLIENT.parents[2])
+                             switched, installed, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                            cwd=CLIENT.parents[2])
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
     report = json.loads(lines[0].removeprefix("REPORT "))
@@ -63,3 +65,10 @@ def test_source_listener_and_start_backlog_aware_work_through_spark_connect(brok
     assert report["switch_method"] == "restart" and report["initial_mode"] == "high-throughput"
     assert report["transitions"] == [["high-throughput", "low-latency", "restart"]]
     assert report["switched_rows"] == report["switched_distinct"] == sum(log_end_offsets(broker, switched).values())
+    # install(allow_restart=True) under Connect: the plain start() switched by restart into a
+    # new run (the running one), the rate query never adopted, every record written once.
+    assert report["installed"] is not None, "install() never adopted the backlog query"
+    assert report["installed"]["mode"] == "low-latency" and report["installed"]["method"] == "restart", report
+    assert report["installed"]["new_run"] and report["installed"]["running"], report
+    assert not report["installed"]["other_adopted"], report
+    assert report["installed_rows"] == report["installed_distinct"] == sum(log_end_offsets(broker, installed).values())

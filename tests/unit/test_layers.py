@@ -36,6 +36,7 @@ DEFERRED = {
     ("backlog_source/demo/report.py", "matplotlib"),  # backend chosen before pyplot
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras
+    ("backlog_source/mode_switch/connect_starts.py", "pyspark.sql.connect.streaming.readwriter"),  # the same
 }
 DEFERRED_PREFIXES = ("opentelemetry",)  # tracing costs nothing until a process turns it on
 

@@ -167,3 +167,83 @@ def test_each_switch_is_a_mode_switch_span_ended_by_the_first_trigger_under_the_
     assert (attributes["backlog.mode_switch.method"], attributes["backlog.mode_switch.ended_by"]) == ("in-place", "batch")
     assert (attributes["backlog.trigger.from_interval_seconds"], attributes["backlog.trigger.to_interval_seconds"]) == (0, 1)
     assert (span["start_ns"], span["end_ns"]) == (100 * 10**9, int(100.5 * 10**9))
+
+
+class RecordedStarts:
+    """What :class:`~backlog_source.mode_switch.connect_starts.ConnectStarts` gives an
+    installation: the queries whose starts it recorded, their trigger (None: not a
+    processing-time one), and a start that makes a new run under the same id."""
+
+    def __init__(self, spark):
+        self.spark, self.intervals, self.ended = spark, {}, False
+
+    def knows(self, query_id):
+        return query_id in self.intervals
+
+    def interval_ms(self, query_id):
+        return self.intervals[query_id]
+
+    def starter(self, query_id):
+        def start(interval_ms):
+            self.intervals[query_id] = interval_ms
+            return query(self.spark, query_id, interval_ms)
+        return start
+
+    def end(self):
+        self.ended = True
+
+
+def connect_installed(spark):
+    """An installation as under Spark Connect: in place always refused, restarts allowed."""
+    def no_jvm(query, intervals):
+        raise AttributeError("'StreamingQuery' object has no attribute '_jsq'")
+
+    restarts = RecordedStarts(spark)
+    return SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), switcher_of=no_jvm,
+                             restarts=restarts), restarts
+
+
+def test_under_connect_a_recorded_query_switches_by_restart_into_a_new_run_under_the_same_id():
+    spark = FakeSpark()
+    switch, restarts = connect_installed(spark)
+    first = query(spark, "orders", 0)
+    restarts.intervals["orders"] = 0
+    switch.handle(committed(first, 0, True))
+    assert switch.adopted["orders"].method.value == "restart" and switch.adopted["orders"].mode is Mode.HIGH_THROUGHPUT
+    switch.handle(committed(first, 1, False))
+    second = spark.queries["orders"]
+    assert first.stopped and second is not first and second.interval_ms == 1_000
+    assert switch.adopted["orders"].run_id == second.runId and switch.adopted["orders"].mode is Mode.LOW_LATENCY
+    # The stopped run's termination and a late event of it change nothing.
+    switch.handle(QueryTerminated(first.id, first.runId, None))
+    switch.handle(committed(first, 1, False))
+    assert switch.adopted["orders"].run_id == second.runId
+    switch.handle(committed(second, 2, True))  # a burst: restarted again, at the high-throughput interval
+    third = spark.queries["orders"]
+    assert second.stopped and third.interval_ms == 0 and switch.adopted["orders"].run_id == third.runId
+    switch.handle(QueryTerminated(third.id, third.runId, None))  # the user stops it: forgotten
+    assert "orders" not in switch.adopted
+    switch.uninstall()
+    assert restarts.ended
+
+
+def test_under_connect_a_query_not_recorded_or_not_on_a_processing_time_trigger_keeps_its_trigger(caplog):
+    spark = FakeSpark()
+    switch, restarts = connect_installed(spark)
+    before, once = query(spark, "before", 1_000), query(spark, "once", 1_000)
+    restarts.intervals["once"] = None  # started with trigger(availableNow=True)
+    with caplog.at_level(logging.WARNING):
+        switch.handle(committed(before, 0, True))
+        switch.handle(committed(once, 0, True))
+    assert not before.stopped and not once.stopped and switch.adopted == {}
+    assert "started before install()" in switch.skipped[before.runId]
+    assert "not a processing-time one" in switch.skipped[once.runId]
+
+
+def test_without_restarts_the_warning_says_how_to_allow_them(caplog):
+    spark = FakeSpark()
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(),
+                               switcher_of=lambda q, i: (_ for _ in ()).throw(AttributeError("no _jsq")))
+    q = query(spark, "orders", 1_000)
+    switch.handle(committed(q, 0, True))
+    assert "allow_restart=True" in switch.skipped[q.runId]

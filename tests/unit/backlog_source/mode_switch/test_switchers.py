@@ -83,6 +83,10 @@ class FinishedQuery:
         backlog = self.after_stop if self.stopped else self.after_wait
         return {"batchId": 9, "sources": [{"endOffset": source(processing_backlog=backlog).endOffset}]}
 
+    @property
+    def isActive(self):
+        return not self.stopped
+
     def stop(self):
         self.stopped = True
 
@@ -98,3 +102,12 @@ def test_a_restart_starts_in_the_mode_the_stopped_runs_last_batch_calls_for():
     started = []
     switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: started.append(ms) or "new run")
     assert switcher.switch(LOW) == Switched("new run", HIGH) and started == [0]
+
+
+def test_a_restart_never_starts_a_query_that_is_no_longer_active():
+    """Stopped by its user (or failed) while the switch waited: starting it again would bring
+    back a query its user ended."""
+    query = FinishedQuery(after_wait=False, after_stop=False)
+    query.stopped = True
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: pytest.fail("a stopped query was started again"))
+    assert switcher.switch(LOW) == Switched(query, None)
