@@ -38,7 +38,7 @@ from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTermi
 from backlog_source.mode_switch.policy import SwitchPolicy
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.session_metrics import SessionMetrics
-from backlog_source.mode_switch.switch_span import SwitchSpan
+from backlog_source.mode_switch.switch_span import PendingSwitch, SwitchSpan
 from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class ModeController:
         self._run_id: str | None = None
         self._switcher: TriggerSwitcher | None = None
         self._stopping = False
-        self._pending_effect: tuple[int, SwitchSpan, Transition] | None = None  # (applied at ms, span, transition)
+        self._pending_effect: tuple[PendingSwitch, Transition] | None = None  # the last switch, not in effect yet
         #: Why the controller ended: the query's failure or a switch that failed; None while
         #: it runs and after a stop.
         self.failure: BaseException | None = None
@@ -275,27 +275,26 @@ class ModeController:
         if self._metrics is not None:
             self._metrics.switched(self._query_id, target)
         self._end_pending_effect(SwitchEndedBy.STOP, applied)  # a switch before the last took effect
-        self._pending_effect = (int(applied * 1000), span, transition)
+        self._pending_effect = (PendingSwitch(int(applied * 1000), span), transition)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,
                  self._switcher.method.value, applied - decided)
 
     def _note_trigger(self, started_ms: int, ended_by: SwitchEndedBy) -> None:
         """A trigger started at ``started_ms``: the first one after the switch was applied
         is the first under the new interval, and ends the switch."""
-        if self._pending_effect is not None and started_ms >= self._pending_effect[0]:
+        if self._pending_effect is not None and self._pending_effect[0].in_effect_by(started_ms):
             self._end_pending_effect(ended_by, started_ms / 1000)
 
     def _end_pending_effect(self, ended_by: SwitchEndedBy, at: float) -> None:
         if self._pending_effect is None:
             return
-        _, span, transition = self._pending_effect
+        pending, transition = self._pending_effect
         self._pending_effect = None
-        effective = max(at, transition.at)
+        effective = pending.end(ended_by, at)
         with self._lock:
             self._transitions = [
                 replace(t, effective_seconds=effective - t.at) if t is transition else t for t in self._transitions
             ]
-        span.end(ended_by, effective)
 
 
 class StopTimeoutError(ModeSwitchError, TimeoutError):

@@ -50,7 +50,7 @@ from backlog_source.mode_switch.connect_starts import ConnectStarts
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
-from backlog_source.mode_switch.switch_span import SwitchSpan
+from backlog_source.mode_switch.switch_span import PendingSwitch, SwitchSpan
 from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, SwitchMethod
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class SessionModeSwitch:
         self._spark = spark
         self._restarts = restarts
         self._clock = clock
-        self._switch_spans: dict[str, tuple[int, SwitchSpan]] = {}  # query id -> (applied at ms, its span)
+        self._switch_spans: dict[str, PendingSwitch] = {}  # query id -> its switch not in effect yet
         self._metrics = metrics
         self._intervals_ms = dict(intervals_ms)
         self._session_listener = session_listener or SessionListener.of(spark)
@@ -216,7 +216,7 @@ class SessionModeSwitch:
             from_interval_s=adopted.intervals_ms.get(adopted.mode, adopted.started_interval_ms) / 1000,
             to_interval_s=adopted.intervals_ms[wanted] / 1000, apply_seconds=applied - decided,
             restart_seconds=restart_seconds, query_id=query_id, run_id=message.run_id)
-        self._switch_spans[query_id] = (int(applied * 1000), span)
+        self._switch_spans[query_id] = PendingSwitch(int(applied * 1000), span)
         if self._metrics is not None:
             self._metrics.switched(query_id, wanted)
         log.info("install(): query %s switched %s to %s (%d ms trigger) after batch %d", query_id,
@@ -276,13 +276,13 @@ class SessionModeSwitch:
         """The first trigger of ``query_id`` that started after its switch was applied runs
         under the new interval: it ends the switch's span, as for a handle's switch."""
         pending = self._switch_spans.get(query_id)
-        if pending is not None and started_ms >= pending[0]:
+        if pending is not None and pending.in_effect_by(started_ms):
             self._end_switch_span(query_id, ended_by, started_ms / 1000)
 
     def _end_switch_span(self, query_id: str, ended_by: SwitchEndedBy, at: float) -> None:
         pending = self._switch_spans.pop(query_id, None)
         if pending is not None:
-            pending[1].end(ended_by, max(at, pending[1].decided_at))
+            pending.end(ended_by, at)
 
     def intervals_for(self, message: BatchCommitted) -> dict[Mode, int]:
         """The intervals a query switches between: the installation's, replaced by those its

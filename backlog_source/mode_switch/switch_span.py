@@ -8,6 +8,8 @@ thread for queries `install` switches). Names are in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from backlog_source.core.tracing import exporter, names
 from backlog_source.core.tracing.context import SpanContextIds, SpanRecord, new_span_id, new_trace_id
 from backlog_source.mode_switch.listener import Mode
@@ -45,3 +47,23 @@ class SwitchSpan:
         record = SpanRecord(names.MODE_SWITCH, ids, self._parent, int(self.decided_at * 1e9), int(at * 1e9),
                             {**self._attributes, names.SWITCH_ENDED_BY: str(ended_by)})
         exporter.export([record])
+
+
+@dataclass(frozen=True)
+class PendingSwitch:
+    """A switch applied at ``applied_ms`` (wall-clock ms) whose span waits for the first
+    trigger under the new interval: the first trigger that started at or after it. One rule
+    for a handle's controller and for an installation."""
+
+    applied_ms: int
+    span: SwitchSpan
+
+    def in_effect_by(self, trigger_started_ms: int) -> bool:
+        """Whether a trigger that started at ``trigger_started_ms`` runs under the new interval."""
+        return trigger_started_ms >= self.applied_ms
+
+    def end(self, ended_by: names.SwitchEndedBy, at: float) -> float:
+        """End the span at ``at`` (never before the decision); returns when it ended."""
+        effective = max(at, self.span.decided_at)
+        self.span.end(ended_by, effective)
+        return effective
