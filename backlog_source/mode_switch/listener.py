@@ -128,15 +128,6 @@ def mode_called_for(progress: Any) -> Mode | None:
     return None if flag is None else Mode.for_backlog(flag)
 
 
-def backlog_traceparent(progress: Any) -> str | None:
-    """The W3C context of the (current or last) backlog phase of the progress's first
-    backlog source that has one: the parent of a mode switch this progress causes."""
-    for offset in backlog_offsets(progress):
-        if offset.trace is not None:
-            return offset.trace.ids.traceparent
-    return None
-
-
 def timestamp_ms(text: str) -> int:
     """Spark's progress timestamp (``2026-11-22T20:25:12.001Z``) in ms since the epoch."""
     return int(datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() * 1000)
