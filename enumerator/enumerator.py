@@ -467,6 +467,8 @@ class Enumerator:
         snapshot_unread = bool(start.snapshot and start.snapshot.pending)
         if plan.end == start.positions and not view.starts and not snapshot_unread:
             return start
+        if trace is not None and trace.open:
+            trace = trace.counted(plan.batch)  # a batch of the open backlog phase
         events_position = settled.events_position
         if plan.state.finishing and self._control is not None:
             # The events of this batch's readers are published after this point.

@@ -65,6 +65,13 @@ def phase_span(trace: PhaseTrace, source_id: str, now_ms: int) -> SpanRecord:
         names.TOPICS: trace.topics,
         names.BUCKET_COUNT: trace.bucket_count,
         names.BACKLOG_RECORDS: trace.records,
+        names.CATCH_UP_BATCHES: trace.batches,
     }
+    if trace.planned_bytes:
+        attributes[names.CATCH_UP_PLANNED_BYTES] = trace.planned_bytes
+    if trace.bounded_by:
+        attributes[names.CATCH_UP_BOUNDED_BY] = tuple(str(b) for b in trace.bounded_by)
+    if trace.budget_bytes is not None:
+        attributes[names.CATCH_UP_BUDGET_BYTES] = trace.budget_bytes
     return SpanRecord(names.PHASE, trace.ids, None, ms_to_ns(trace.started_ms), ms_to_ns(max(now_ms, trace.started_ms)),
                       attributes)

@@ -91,10 +91,26 @@ class PhaseTrace:
     bucket_count: int = 0
     records: int = 0
     buckets: dict[Bucket, OpenBucket] = field(default_factory=dict)
+    #: The batches planned while the phase was open; the bytes they were planned to read
+    #: (0 where nothing was measured: no byte or time budget); what bounded them; the byte
+    #: budget of the last one that had one. The ``backlog.phase`` span reports them.
+    batches: int = 0
+    planned_bytes: int = 0
+    bounded_by: tuple[BoundedBy, ...] = ()
+    budget_bytes: int | None = None
 
     @property
     def open(self) -> bool:
         return bool(self.buckets)
+
+    def counted(self, plan: BatchPlan | None) -> "PhaseTrace":
+        """This trace with one more batch of the phase, planned as ``plan`` says."""
+        if plan is None:
+            return replace(self, batches=self.batches + 1)
+        return replace(
+            self, batches=self.batches + 1, planned_bytes=self.planned_bytes + (plan.bytes or 0),
+            bounded_by=tuple(sorted(set(self.bounded_by) | {plan.bounded_by}, key=str)),
+            budget_bytes=plan.budget_bytes if plan.budget_bytes is not None else self.budget_bytes)
 
     def bucket_ids(self, bucket: Bucket, boundary: int) -> SpanContextIds:
         """The ``backlog.bucket`` span of ``bucket`` with ``boundary`` in this phase."""

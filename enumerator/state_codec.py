@@ -17,7 +17,9 @@ Shape, version 2 (the end of one micro-batch)::
      "processing_backlog": true,                # == bool(backlog): the state once this batch commits
      "events_position": 17,                     # next control-topic offset to read
      "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
-     "trace": {"traceparent": "00-…-…-01", …},  # the backlog phase's trace (enumerator/phase_trace.py), or null
+     "trace": {"traceparent": "00-…-…-01", …,   # the backlog phase's trace (enumerator/phase_trace.py), or null
+               "batches": 4, "planned_bytes": 530000000,  # its batches so far, once there are any
+               "bounded_by": ["bytes"], "budget_bytes": 134217728},
      "snapshot": {"root": "s3://…", "id": "…",   # snapshot.path: buckets whose snapshot is still to be read
                   "pending": {"orders": {"0": ["data/…/part-0.parquet"]}}},  # or null
      "topic_ids": {"orders": "dGhlIHRvcGljIGlk"},  # each topic's id when planned (KIP-516)
@@ -37,7 +39,9 @@ Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) h
 ``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``,
 ``plan`` and ``intervals`` were added to version 2 in release 0.3.0 as optional fields: an older release
 reading them ignores them, so a rollback still reads the checkpoint; read without them, the
-ids are learnt at the next plan and catch-up sizing starts afresh. Pure codecs; the
+ids are learnt at the next plan and catch-up sizing starts afresh. The trace's ``batches``,
+``planned_bytes``, ``bounded_by`` and ``budget_bytes`` are optional the same way (absent:
+nothing counted yet, or an offset written before they existed). Pure codecs; the
 transitions live in :mod:`backlog_source.enumerator.state`,
 :mod:`backlog_source.enumerator.boundaries` and :mod:`backlog_source.enumerator.phase_trace`.
 """
@@ -77,6 +81,9 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     still = {b: o for b, o in backlog.items() if b not in finishing}
     return {**data, "backlog": to_nested(still), "finishing": to_nested(finishing)}
 
+
+#: What ``trace.bounded_by`` may hold; a kind a later release adds is left out when read.
+_BOUNDED_BY_VALUES = frozenset(b.value for b in BoundedBy)
 
 #: The offset dict's versions: 2 is written; 1 is read and upgraded.
 OFFSET_CODEC = VersionedCodec("offset", "v", 2, OffsetFormatError, upgrades={1: _upgrade_v1})
@@ -220,6 +227,11 @@ def _trace_to_json(trace: PhaseTrace) -> dict[str, Any]:
         "bucket_count": trace.bucket_count,
         "records": trace.records,
         "buckets": nested,
+        # Written once there is something to say (absent: nothing counted yet).
+        **({"batches": trace.batches} if trace.batches else {}),
+        **({"planned_bytes": trace.planned_bytes} if trace.planned_bytes else {}),
+        **({"bounded_by": [str(b) for b in trace.bounded_by]} if trace.bounded_by else {}),
+        **({"budget_bytes": trace.budget_bytes} if trace.budget_bytes is not None else {}),
     }
 
 
@@ -244,6 +256,11 @@ def _trace_from_json(data: Any) -> PhaseTrace | None:
             bucket_count=int(data.get("bucket_count", 0)),
             records=int(data.get("records", 0)),
             buckets=buckets,
+            batches=int(data.get("batches", 0)),
+            planned_bytes=int(data.get("planned_bytes", 0)),
+            # A kind a later release adds is left out: these only describe the phase.
+            bounded_by=tuple(BoundedBy(b) for b in data.get("bounded_by", []) if b in _BOUNDED_BY_VALUES),
+            budget_bytes=None if data.get("budget_bytes") is None else int(data["budget_bytes"]),
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise OffsetFormatError(f"offset field 'trace' is malformed: {exc!r}") from None

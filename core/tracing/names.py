@@ -37,6 +37,13 @@ SOURCE_ID = "backlog.source_id"
 TOPICS = "backlog.topics"
 BUCKET_COUNT = "backlog.bucket_count"
 BACKLOG_RECORDS = "backlog.records"
+#: The catch-up batches of the phase, the bytes they were planned to read (where measured:
+#: a byte or time budget), what bounded them (``bytes``, ``time``, ``records``,
+#: ``available``), and the byte budget of the last one that had one.
+CATCH_UP_BATCHES = "backlog.catch_up.batches"
+CATCH_UP_PLANNED_BYTES = "backlog.catch_up.planned_bytes"
+CATCH_UP_BOUNDED_BY = "backlog.catch_up.bounded_by"
+CATCH_UP_BUDGET_BYTES = "backlog.catch_up.budget_bytes"
 
 # -- attributes: backlog.bucket -------------------------------------------------------------
 BOUNDARY_OFFSET = "backlog.boundary_offset"

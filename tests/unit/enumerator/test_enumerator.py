@@ -6,6 +6,7 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
 from backlog_source.core.settings import parse_options
 from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
+from backlog_source.core.tracing import names
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import TopicsDeletedError
@@ -485,3 +486,20 @@ def test_a_querys_own_trigger_intervals_ride_in_every_offset_it_writes():
     assert enumerator.latest_offset(start, ReadBudget()).intervals == TriggerIntervals(None, 5_000)
     plain, _ = make({"startingOffsets": "earliest"})
     assert plain.initial_offset().intervals is None
+
+
+def test_the_phase_counts_its_catch_up_batches_their_planned_bytes_and_what_bounded_them(monkeypatch):
+    """What the backlog.phase span reports (issue 35 item 5), kept in the checkpointed trace."""
+    exported = []
+    monkeypatch.setattr("backlog_source.core.tracing.exporter.export", lambda records: exported.extend(records))
+    enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "2m"}, FakeRecordSizes(default=1_000.0))
+    offset, plans = enumerator.initial_offset(), []
+    while (end := enumerator.latest_offset(offset, budget)) != offset:  # to the first poll with nothing new
+        plans.append(end.plan)
+        offset = offset_codec.decode(offset_codec.encode(end))  # each through the checkpoint
+    assert len(plans) >= 10  # 20 MB at 2 MiB a batch
+    [phase] = [s for s in exported if s.name == names.PHASE]
+    assert phase.attributes[names.CATCH_UP_BATCHES] == len(plans)
+    assert phase.attributes[names.CATCH_UP_PLANNED_BYTES] == sum(p.bytes or 0 for p in plans)
+    assert "bytes" in phase.attributes[names.CATCH_UP_BOUNDED_BY]
+    assert phase.attributes[names.CATCH_UP_BUDGET_BYTES] == 2 * MIB

@@ -1,6 +1,7 @@
 """The backlog phase's trace: which spans finish when, with which ids, across restarts."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_the_last_bucket_ends_the_phase_and_the_trace_stays_for_the_mode_switch(
     assert phase.parent is None and phase.ids == trace.ids
     assert phase.attributes == {
         names.SOURCE_ID: "src", names.MESSAGING_SYSTEM: "kafka", names.TOPICS: ("a",),
-        names.BUCKET_COUNT: 2, names.BACKLOG_RECORDS: 140,
+        names.BUCKET_COUNT: 2, names.BACKLOG_RECORDS: 140, names.CATCH_UP_BATCHES: 0,
     }
     assert spans[0].attributes[names.FINISHED_BY] == FinishedBy.POSITION
     assert not ended.open and ended.ids == trace.ids
@@ -119,7 +120,7 @@ def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_c
     start = enumerator.initial_offset()
     assert start.trace is not None and set(start.trace.buckets) == {A0, Bucket("a", 2)}
     first = enumerator.latest_offset(start, ReadBudget(max_records=10))  # reaches no boundary
-    assert exported == [] and first.trace == start.trace
+    assert exported == [] and first.trace == replace(start.trace, batches=1, bounded_by=first.trace.bounded_by)
     second = enumerator.latest_offset(first, ReadBudget())  # reaches both; open until it commits
     assert exported == [] and second.trace.open and not second.processing_backlog
     control.values.append(event(second, A0))
