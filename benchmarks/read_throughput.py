@@ -98,8 +98,9 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="then profile format('backlog')'s Python workers once")
+    parser.add_argument("--results-name", help="default: read_throughput_<millions of records>m_<partitions>p")
     args = parser.parse_args()
-    name = f"read_throughput_{args.records // 1_000_000}m_{args.partitions}p"
+    name = args.results_name or f"read_throughput_{args.records // 1_000_000}m_{args.partitions}p"
     cores = os.cpu_count() or 1
 
     with kafka_and_spark(connector=True, warm_up_query=False) as bench:
