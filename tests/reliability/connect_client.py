@@ -47,10 +47,14 @@ def main() -> None:
     class Recorder:
         def __init__(self):
             self.flags = []
+            self.plans = []  # [query id, what bounded the batch, planned bytes]
 
         def receive(self, message):
             if hasattr(message, "processing_backlog"):
                 self.flags.append([message.batch_id, message.processing_backlog, message.traceparent is not None])
+                plan = message.sources[0].end.plan if message.sources else None
+                if plan is not None:
+                    self.plans.append([message.query_id, plan.bounded_by.value, plan.bytes])
 
     recorder = Recorder()
     spark.streams.addListener(BacklogModeListener(recorder))
@@ -62,7 +66,7 @@ def main() -> None:
     deadline = time.time() + 30
     while not recorder.flags and time.time() < deadline:  # listener events reach the client asynchronously
         time.sleep(0.1)
-    report["listener_flags"] = recorder.flags
+    report["listener_flags"] = list(recorder.flags)  # a copy: later queries report to the recorder too
 
     # 2. start_backlog_aware, which switches by restart under Connect.
     out = f"{work}/switched"
@@ -91,7 +95,8 @@ def main() -> None:
     #    a query that reads no format("backlog") is never touched.
     installation = install(spark, "0 seconds", "500 milliseconds", allow_restart=True)
     out3 = f"{work}/installed"
-    plain = (source(installed_topic, **{"backlog.maxOffsetsPerTrigger": "2000"}).writeStream.format("parquet")
+    #    Its catch-up batches are bounded by bytes (backlog.maxBytesPerTrigger works here too).
+    plain = (source(installed_topic, **{"backlog.maxBytesPerTrigger": "64k"}).writeStream.format("parquet")
              .option("path", out3).option("checkpointLocation", f"{work}/ckpt3").trigger(processingTime="0 seconds")
              .start())
     other = (spark.readStream.format("rate").load().writeStream.format("noop")
@@ -106,7 +111,8 @@ def main() -> None:
     report["installed"] = None if adopted is None else {
         "mode": adopted.mode.value, "method": adopted.method.value, "new_run": adopted.run_id != plain.runId,
         "running": spark.streams.get(plain.id) is not None and spark.streams.get(plain.id).runId == adopted.run_id,
-        "other_adopted": other.id in installation.adopted, "skipped": installation.skipped}
+        "other_adopted": other.id in installation.adopted, "skipped": installation.skipped,
+        "bounded_by": [bounded for query_id, bounded, _ in recorder.plans if query_id == str(plain.id)]}
     spark.streams.get(plain.id).stop()
     other.stop()
     installation.uninstall()

@@ -71,4 +71,6 @@ def test_source_listener_start_backlog_aware_and_install_work_through_spark_conn
     assert report["installed"]["mode"] == "low-latency" and report["installed"]["method"] == "restart", report
     assert report["installed"]["new_run"] and report["installed"]["running"], report
     assert not report["installed"]["other_adopted"], report
+    # 10,000 records of ~30 B under backlog.maxBytesPerTrigger=64k: several batches bounded by bytes.
+    assert report["installed"]["bounded_by"].count("bytes") >= 2, report["installed"]
     assert report["installed_rows"] == report["installed_distinct"] == sum(log_end_offsets(broker, installed).values())
