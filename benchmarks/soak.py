@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from backlog_source.demo.apache_kafka import kafka
 from benchmarks.harness.broker_and_spark import compile_project_bytecode
+from benchmarks.harness.costs import descendants
 from benchmarks.harness.progress import offset_of
 from benchmarks.harness.record_latency import timed_latencies, windows
 from benchmarks.harness.results import machine, results_folder, write_results
@@ -120,19 +121,6 @@ class Job:
         return sum(p.stat().st_size for p in self.work.glob("job-*.log"))
 
 
-def _proc_children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    return children
-
-
 def _process(pid: int) -> dict | None:
     try:
         command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
@@ -172,13 +160,7 @@ def jvm_heap(pid: int) -> dict:
 
 def sample(job: Job, since: float) -> dict:
     """Every process of the job's tree, and the bytes logged so far."""
-    children, found, pending = _proc_children(), [], [job.process.pid]
-    while pending:
-        pid = pending.pop()
-        info = _process(pid)
-        if info is not None:
-            found.append(info)
-        pending.extend(children.get(pid, []))
+    found = [info for pid in (job.process.pid, *descendants(job.process.pid)) if (info := _process(pid)) is not None]
     return {"at_s": round(time.time() - since, 1), "run": job.runs, "processes": found, "log_bytes": job.log_bytes()}
 
 

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import threading
 
 import pyspark
 
@@ -39,78 +37,13 @@ from backlog_source.demo.embedded_broker import create_topic
 from backlog_source.reader.kafka_reader import ARROW_BATCH_BYTES
 from backlog_source.split.batch_splits import TASK_BYTES
 from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.costs import MemorySampler
 from benchmarks.harness.results import machine, results_folder, write_results
 from benchmarks.harness.runs import rotated, run_available_now
 from benchmarks.harness.stats import median_and_spread, with_spread
 
 SOURCES = ("kafka", "backlog")
 MIB = 1 << 20
-
-
-def python_processes_mib(root: int) -> dict[int, float]:
-    """Resident memory (MiB) of each process below ``root`` (Spark's Python daemon and workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, pending = {}, list(children.get(root, []))
-    while pending:
-        pid = pending.pop()
-        pending.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/status") as status:
-                rss = next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), None)
-        except OSError:
-            continue
-        if rss is not None:
-            found[pid] = rss / 1024
-    return found
-
-
-class WorkerPeaks:
-    """Samples, while a drain lasts, the largest Python worker (absolute and grown since the
-    drain began), all Python processes together (grown), and the JVM heap in use."""
-
-    def __init__(self, spark, interval_s: float = 0.2) -> None:
-        jvm = spark.sparkContext._jvm
-        self._heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
-        self._root = int(jvm.java.lang.ProcessHandle.current().pid())
-        self._before = python_processes_mib(self._root)
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self.largest_worker_mib = 0.0
-        self.largest_worker_growth_mib = 0.0
-        self.all_python_growth_mib = 0.0
-        self.heap_peak_mib = 0.0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "WorkerPeaks":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        before_total = sum(self._before.values())
-        while not self._stop.is_set():
-            now = python_processes_mib(self._root)
-            if now:
-                self.largest_worker_mib = max(self.largest_worker_mib, max(now.values()))
-                self.largest_worker_growth_mib = max(self.largest_worker_growth_mib, max(
-                    rss - self._before.get(pid, 0.0) for pid, rss in now.items()))
-                self.all_python_growth_mib = max(self.all_python_growth_mib, sum(now.values()) - before_total)
-            try:
-                self.heap_peak_mib = max(self.heap_peak_mib, self._heap.getHeapMemoryUsage().getUsed() / MIB)
-            except Exception:  # the gateway is busy; a sample less
-                pass
-            self._stop.wait(self._interval_s)
 
 
 def fill(bootstrap: str, topic: str, partitions: int, value_size: int, total_mib: int) -> int:
@@ -137,7 +70,7 @@ def fill(bootstrap: str, topic: str, partitions: int, value_size: int, total_mib
 def drain(spark, source: str, bootstrap: str, topic: str, expected: int) -> dict:
     df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
           .option("startingOffsets", "earliest").load())
-    with WorkerPeaks(spark) as peaks:
+    with MemorySampler(spark, interval_s=0.2) as peaks:
         _, seconds, query = run_available_now(df)
     progress = [json.loads(p.json) for p in query.recentProgress]
     rows = sum(p["numInputRows"] for p in progress)
@@ -145,7 +78,7 @@ def drain(spark, source: str, bootstrap: str, topic: str, expected: int) -> dict
         raise RuntimeError(f"format({source!r}) read {rows:,} of {expected:,} records of {topic}")
     return {"seconds": seconds, "largest_worker_mib": peaks.largest_worker_mib,
             "largest_worker_growth_mib": peaks.largest_worker_growth_mib,
-            "all_python_growth_mib": peaks.all_python_growth_mib, "heap_peak_mib": peaks.heap_peak_mib,
+            "all_python_growth_mib": peaks.python_peak_mib - peaks.python_start_mib, "heap_peak_mib": peaks.heap_peak_mib,
             "batches": sum(1 for p in progress if p["numInputRows"] > 0)}
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 class MemorySampler:
     """Peak JVM heap in use and peak resident memory of the JVM's Python child processes,
-    sampled every ``interval_s`` from a thread while a run lasts."""
+    sampled every ``interval_s`` from a thread while a run lasts: all of them together
+    (``python_peak_mib``), and the largest single one (``largest_worker_mib``) with how much
+    any one grew over its size when the run began (``largest_worker_growth_mib``)."""
 
     def __init__(self, spark, interval_s: float = 0.5) -> None:
         jvm = spark.sparkContext._jvm
@@ -26,8 +28,11 @@ class MemorySampler:
         self._stop = threading.Event()
         self.heap_peak_mib = 0.0
         self.python_peak_mib = 0.0
+        self.largest_worker_mib = 0.0
+        self.largest_worker_growth_mib = 0.0
+        self._python_start = descendants_rss_mib(self._jvm_pid)
         #: The Python processes' memory when the run started (idle workers of earlier queries stay).
-        self.python_start_mib = _descendants_rss_mib(self._jvm_pid)
+        self.python_start_mib = sum(self._python_start.values())
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> "MemorySampler":
@@ -45,28 +50,48 @@ class MemorySampler:
                 self.heap_peak_mib = max(self.heap_peak_mib, heap)
             except Exception:  # the gateway is busy shutting down; a sample less
                 pass
-            self.python_peak_mib = max(self.python_peak_mib, _descendants_rss_mib(self._jvm_pid))
+            now = descendants_rss_mib(self._jvm_pid)
+            self.python_peak_mib = max(self.python_peak_mib, sum(now.values()))
+            if now:
+                self.largest_worker_mib = max(self.largest_worker_mib, max(now.values()))
+                self.largest_worker_growth_mib = max(self.largest_worker_growth_mib, max(
+                    rss - self._python_start.get(pid, 0.0) for pid, rss in now.items()))
             self._stop.wait(self._interval_s)
 
 
-def _descendants_rss_mib(root: int) -> float:
-    """Resident memory of every process below ``root`` (its Python workers), from /proc."""
+def children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (parent := _parent_of(int(entry))) is not None:
             children.setdefault(parent, []).append(int(entry))
-    total_kib, pending = 0, list(children.get(root, []))
+    return children
+
+
+def descendants(root: int) -> list[int]:
+    """The pids of every process below ``root``."""
+    children, found = children_by_parent(), []
+    pending = list(children.get(root, []))
     while pending:
         pid = pending.pop()
+        found.append(pid)
         pending.extend(children.get(pid, []))
+    return found
+
+
+def descendants_rss_mib(root: int) -> dict[int, float]:
+    """Resident memory (MiB) of each process below ``root`` (its Python workers), from /proc;
+    a process that ended meanwhile is left out."""
+    found = {}
+    for pid in descendants(root):
         try:
             with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total_kib += int(line.split()[1])
+                rss = next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), None)
         except OSError:
             continue
-    return total_kib / 1024
+        if rss is not None:
+            found[pid] = rss / 1024
+    return found
 
 
 # ------------------------------------------------------------------ CPU per process, Spark's task metrics
