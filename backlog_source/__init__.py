@@ -16,9 +16,17 @@ state) and ``backlog_source.reader`` (``reader/``: the executors' read path), th
 package's own modules: the Spark data source, the mode switch, the command line, the snapshot
 command, and ``backlog_source.demo`` (the demo and the brokers it starts, which tests and
 benchmarks use too; never on a query's path).
+
+The names of the user's driver program (the mode switch, the metrics) are imported when first
+used: Spark's Python processes (the source's runner on the driver, every executor worker)
+import this package to unpickle the source and its splits, and a fresh one pays every import
+at query start-up; they need only the data source (issue 35 item 6).
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from backlog_source.core import __version__
 from backlog_source.core.errors import (
@@ -34,20 +42,43 @@ from backlog_source.core.errors import (
 )
 from backlog_source.core.settings import SourceSettings, parse_options
 from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
-from backlog_source.metrics import lag_metrics
-from backlog_source.mode_switch import (
-    BacklogAwareQuery,
-    BacklogModeListener,
-    Mode,
-    SessionModeSwitch,
-    StopTimeoutError,
-    SwitchMethod,
-    Transition,
-    disable_metrics,
-    enable_metrics,
-    install,
-    start_backlog_aware,
-)
+
+if TYPE_CHECKING:
+    from backlog_source.metrics import lag_metrics
+    from backlog_source.mode_switch import (
+        BacklogAwareQuery,
+        BacklogModeListener,
+        Mode,
+        SessionModeSwitch,
+        StopTimeoutError,
+        SwitchMethod,
+        Transition,
+        disable_metrics,
+        enable_metrics,
+        install,
+        start_backlog_aware,
+    )
+
+#: Imported on first use (PEP 562), not by Spark's Python processes: name -> its module.
+_LAZY = {
+    **dict.fromkeys(("BacklogAwareQuery", "BacklogModeListener", "Mode", "SessionModeSwitch", "StopTimeoutError",
+                     "SwitchMethod", "Transition", "disable_metrics", "enable_metrics", "install",
+                     "start_backlog_aware"), "backlog_source.mode_switch"),
+    "lag_metrics": "backlog_source.metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'backlog_source' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 __all__ = [
     "BacklogAwareQuery",
