@@ -30,7 +30,7 @@ def connect_session(url: str, timeout_s: float = 120):
 def main() -> None:
     url, bootstrap, topic, switched_topic, installed_topic, work = sys.argv[1:7]
 
-    from backlog_source import BacklogDataSource, BacklogModeListener, install, start_backlog_aware
+    from backlog_source import BacklogDataSource, BacklogModeListener, disable_metrics, install, start_backlog_aware
 
     spark = connect_session(url)
     report: dict = {"session": type(spark).__module__}
@@ -116,6 +116,8 @@ def main() -> None:
     spark.streams.get(plain.id).stop()
     other.stop()
     installation.uninstall()
+    disable_metrics(spark)  # a last export of the session's metrics (the test's OTLP receiver counts them)
+    report["installed_query_id"] = str(plain.id)
     written3 = spark.read.parquet(out3)
     report["installed_rows"] = written3.count()
     report["installed_distinct"] = written3.select("partition", "offset").distinct().count()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from backlog_source.metrics import names
 from tests.integration.helpers import log_end_offsets, make_topic
 from tests.reliability.test_cluster import free_port
 
@@ -44,14 +45,18 @@ def connect_server(tmp_path):
 
 
 def test_source_listener_start_backlog_aware_and_install_work_through_spark_connect(broker, topic_name, tmp_path,
-                                                                            connect_server):
+                                                                                   connect_server, receiver):
     make_topic(broker, topic_name, 2, per_partition=3_000)
     switched, installed = f"{topic_name}-switched", f"{topic_name}-installed"
     make_topic(broker, switched, 2, per_partition=5_000)  # 10k records at 2k per batch: a backlog
     make_topic(broker, installed, 2, per_partition=5_000)
+    # The client's metrics (install turns them on when the environment asks) go to an
+    # in-process OTLP receiver: the backlog metrics are exported from a Connect client too.
+    metrics_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_METRICS_EXPORTER": "otlp",
+                   "OTEL_TRACES_EXPORTER": "none", "OTEL_METRIC_EXPORT_INTERVAL": "1000"}
     result = subprocess.run([sys.executable, str(CLIENT), connect_server, broker.bootstrap_servers, topic_name,
                              switched, installed, str(tmp_path)], capture_output=True, text=True, timeout=600,
-                            cwd=CLIENT.parents[2])
+                            cwd=CLIENT.parents[2], env={**os.environ, **metrics_env})
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
     assert result.returncode == 0 and lines, result.stderr[-4000:]
     report = json.loads(lines[0].removeprefix("REPORT "))
@@ -74,3 +79,8 @@ def test_source_listener_start_backlog_aware_and_install_work_through_spark_conn
     # 10,000 records of ~30 B under backlog.maxBytesPerTrigger=64k: several batches bounded by bytes.
     assert report["installed"]["bounded_by"].count("bytes") >= 2, report["installed"]
     assert report["installed_rows"] == report["installed_distinct"] == sum(log_end_offsets(broker, installed).values())
+    # Its metrics reached the receiver: the backlog per partition, and the switch.
+    mine = [p for p in receiver.points if p["attributes"].get(names.QUERY_ID) == report["installed_query_id"]]
+    assert {p["name"] for p in mine} >= {names.PENDING_RECORDS.name, names.PROCESSING_BACKLOG.name,
+                                         names.MODE_SWITCHES.name}, sorted({p["name"] for p in mine})
+    assert max(p["value"] for p in mine if p["name"] == names.MODE_SWITCHES.name) >= 1
