@@ -59,7 +59,11 @@ class CountingProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self._target)
+            try:
+                upstream = socket.create_connection(self._target)
+            except OSError:  # the broker is gone (stopped before the proxy): refuse this client
+                client.close()
+                continue
             threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
             threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
 
