@@ -51,6 +51,19 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_session_metrics_left_behind(request):
+    """After a test that used the shared session: end its backlog metrics exporter, if the
+    test's OTEL_* environment turned one on (install and start_backlog_aware do). Otherwise
+    it keeps exporting to that test's receiver, and a later enable_metrics gets it back
+    instead of reading the later test's environment (an order-dependent failure)."""
+    yield
+    if "spark" in request.fixturenames:
+        from backlog_source.mode_switch.session_metrics import disable_metrics
+
+        disable_metrics(request.getfixturevalue("spark"))
+
+
 @pytest.fixture
 def topic_name():
     return f"t-{uuid.uuid4().hex[:12]}"

@@ -68,6 +68,7 @@ class _Source:
 @dataclass
 class _Query:
     ended: bool = False  # its run terminated: no series until a new run (or a restart switch) reports
+    run_id: str | None = None  # the run last seen committing, or started by a restart switch
     name: str | None = None
     last_batch_id: int = -1
     sources: dict[str, _Source] = field(default_factory=dict)
@@ -88,10 +89,11 @@ class BacklogMetrics:
     # -- fed by the listener and the switches ------------------------------------------
 
     def committed(self, query_id: str, query_name: str | None, batch_id: int,
-                  reports: tuple[SourceReport, ...]) -> None:
-        """A batch of ``query_id`` committed with these backlog sources."""
+                  reports: tuple[SourceReport, ...], run_id: str | None = None) -> None:
+        """A batch of ``query_id`` (run ``run_id``) committed with these backlog sources."""
         with self._lock:
             query = self._live(query_id)
+            query.run_id = run_id or query.run_id
             query.name = query_name or None
             count = batch_id > query.last_batch_id
             query.last_batch_id = max(query.last_batch_id, batch_id)
@@ -103,18 +105,24 @@ class BacklogMetrics:
         with self._lock:
             self._live(query_id).mode = mode
 
-    def switched(self, query_id: str, mode: str) -> None:
-        """``query_id``'s trigger was switched to ``mode``."""
+    def switched(self, query_id: str, mode: str, run_id: str | None = None) -> None:
+        """``query_id``'s trigger was switched to ``mode``; ``run_id``: the run a restart
+        switch started (the stopped run's termination, arriving after, then ends nothing)."""
         with self._lock:
             query = self._live(query_id)
+            query.run_id = run_id or query.run_id
             query.mode = mode
             query.switches[mode] = query.switches.get(mode, 0) + 1
 
-    def terminated(self, query_id: str) -> None:
-        """A run of the query ended (stopped, failed, or stopped by a restart switch): its
-        series stop until a new run reports. The :data:`MAX_ENDED` most recently ended
-        queries are remembered, the older ones forgotten."""
+    def terminated(self, query_id: str, run_id: str | None = None) -> None:
+        """Run ``run_id`` of the query ended (stopped, failed, or stopped by a restart switch):
+        its series stop until a new run reports, unless a restart switch already reported the
+        run that replaced it. The :data:`MAX_ENDED` most recently ended queries are
+        remembered, the older ones forgotten."""
         with self._lock:
+            known = self._queries.get(query_id)
+            if known is not None and run_id is not None and known.run_id is not None and known.run_id != run_id:
+                return  # a replaced run: the query runs on in its new run
             query = self._queries.pop(query_id, None)
             if query is None:
                 return

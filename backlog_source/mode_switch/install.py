@@ -218,7 +218,7 @@ class SessionModeSwitch:
             restart_seconds=restart_seconds, query_id=query_id, run_id=message.run_id)
         self._switch_spans[query_id] = PendingSwitch(int(applied * 1000), span)
         if self._metrics is not None:
-            self._metrics.switched(query_id, wanted)
+            self._metrics.switched(query_id, wanted, run_id)
         log.info("install(): query %s switched %s to %s (%d ms trigger) after batch %d", query_id,
                  adopted.method.value, wanted.value, adopted.intervals_ms[wanted], message.batch_id)
 

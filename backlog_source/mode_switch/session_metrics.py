@@ -41,17 +41,19 @@ class SessionMetrics:
 
     def receive(self, message: Any) -> None:
         if isinstance(message, BatchCommitted):
-            self.metrics.committed(message.query_id, message.query_name, message.batch_id, message.sources)
+            self.metrics.committed(message.query_id, message.query_name, message.batch_id, message.sources,
+                                   message.run_id)
         elif isinstance(message, QueryTerminated):
-            self.metrics.terminated(message.query_id)
+            self.metrics.terminated(message.query_id, message.run_id)
 
     def adopted(self, query_id: str | None, mode: Mode) -> None:
         if query_id:
             self.metrics.adopted(query_id, mode.value)
 
-    def switched(self, query_id: str | None, mode: Mode) -> None:
+    def switched(self, query_id: str | None, mode: Mode, run_id: str | None = None) -> None:
+        """``run_id``: the run now running (a restart switch's new run)."""
         if query_id:
-            self.metrics.switched(query_id, mode.value)
+            self.metrics.switched(query_id, mode.value, run_id)
 
 
 def session_metrics(spark: Any, *, session_listener: SessionListener | None = None) -> SessionMetrics | None:

@@ -113,6 +113,12 @@ def main() -> None:
         "running": spark.streams.get(plain.id) is not None and spark.streams.get(plain.id).runId == adopted.run_id,
         "other_adopted": other.id in installation.adopted, "skipped": installation.skipped,
         "bounded_by": [bounded for query_id, bounded, _ in recorder.plans if query_id == str(plain.id)]}
+    # What a dashboard scraping now would see, before the query is stopped (a stopped query's
+    # series end): one export at once, rather than waiting for the periodic one.
+    from backlog_source.mode_switch.session_metrics import session_metrics
+
+    exported = session_metrics(spark)
+    report["metrics_flushed"] = exported is not None and bool(exported.export.flush())
     spark.streams.get(plain.id).stop()
     other.stop()
     installation.uninstall()

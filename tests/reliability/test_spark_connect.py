@@ -80,6 +80,7 @@ def test_source_listener_start_backlog_aware_and_install_work_through_spark_conn
     assert report["installed"]["bounded_by"].count("bytes") >= 2, report["installed"]
     assert report["installed_rows"] == report["installed_distinct"] == sum(log_end_offsets(broker, installed).values())
     # Its metrics reached the receiver: the backlog per partition, and the switch.
+    assert report["metrics_flushed"], report
     mine = [p for p in receiver.points if p["attributes"].get(names.QUERY_ID) == report["installed_query_id"]]
     assert {p["name"] for p in mine} >= {names.PENDING_RECORDS.name, names.PROCESSING_BACKLOG.name,
                                          names.MODE_SWITCHES.name}, sorted({p["name"] for p in mine})

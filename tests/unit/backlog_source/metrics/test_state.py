@@ -118,6 +118,19 @@ def test_a_restart_switch_continues_the_querys_series_whichever_event_comes_firs
         assert values(m, names.MODE)[(None, None, "low-latency")] == 1.0
 
 
+def test_a_restart_switch_reported_before_the_stopped_runs_termination_keeps_the_series_visible():
+    """Under Connect the stopped run's termination arrives after the switch (which names the
+    new run): the query must not vanish from the metrics until its new run commits a batch."""
+    m = metrics()
+    m.committed("q", None, 3, (catch_up_batch(),), "run-1")
+    m.switched("q", "low-latency", "run-2")
+    m.terminated("q", "run-1")
+    assert values(m, names.MODE_SWITCHES) == {(None, None, "low-latency"): 1.0}
+    assert values(m, names.RECORDS_IN) == {(None, None, None): 200.0}
+    m.terminated("q", "run-2")  # the new run stopped by its user: the series end
+    assert m.observe(names.RECORDS_IN) == []
+
+
 def test_only_the_most_recently_ended_queries_are_remembered():
     from backlog_source.metrics.state import MAX_ENDED
 

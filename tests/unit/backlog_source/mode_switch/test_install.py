@@ -115,7 +115,7 @@ def test_the_session_metrics_hear_each_adopted_mode_and_switch():
         def adopted(self, query_id, mode):
             self.calls.append(("adopted", query_id, mode))
 
-        def switched(self, query_id, mode):
+        def switched(self, query_id, mode, run_id=None):
             self.calls.append(("switched", query_id, mode))
 
     spark, metrics = FakeSpark(), Metrics()
