@@ -31,8 +31,11 @@ log = logging.getLogger(__name__)
 #: At most this many buckets are sampled per batch, the ones with the most lag first; the
 #: others get the median of those measured (a wide topic in backlog costs one bounded fetch).
 MAX_SAMPLED = 32
-#: Per-partition fetch size of a sample: enough records of small sizes, one batch of large ones.
-SAMPLE_FETCH_BYTES = 64 << 10
+#: Per-partition fetch size of a sample: enough records of small sizes, several of large ones.
+#: 64 KiB held one or two 16-64 KB records of a 10 % tail, and catch-up batches of mixed sizes
+#: overshot a 128 MiB budget by 16 % (143-154 MiB); 256 KiB: 133-141 MiB. At most
+#: MAX_SAMPLED partitions are sampled, so a batch's sample is at most 8 MiB.
+SAMPLE_FETCH_BYTES = 256 << 10
 #: The longest a sample waits for its fetches.
 SAMPLE_WAIT_S = 2.0
 

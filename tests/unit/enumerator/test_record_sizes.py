@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import KafkaClientConfig
-from backlog_source.enumerator.record_sizes import MAX_SAMPLED, KafkaRecordSizes, record_bytes
+from backlog_source.enumerator.record_sizes import MAX_SAMPLED, SAMPLE_FETCH_BYTES, KafkaRecordSizes, record_bytes
 from tests.fakes import FakeClock, FakeConsumer, Msg, eof
 
 SECRET = "s3cret"
@@ -28,7 +28,7 @@ def test_bytes_per_offset_divide_the_sampled_bytes_by_the_offsets_they_span_gaps
     measured = sizes(consumer).bytes_per_offset({T0: 10, T1: 14}, {T0: 100, T1: 0})
     assert measured == {T0: 75.0}  # 300 bytes over offsets 10..13; T1 has nothing to read
     assert consumer.assigned == [[("t", 0, 10)], []]
-    assert consumer.config["max.partition.fetch.bytes"] == 65536 and consumer.config["enable.auto.commit"] is False
+    assert consumer.config["max.partition.fetch.bytes"] == SAMPLE_FETCH_BYTES and consumer.config["enable.auto.commit"] is False
 
 
 def test_buckets_past_the_sampled_ones_get_the_median_of_those_measured():
