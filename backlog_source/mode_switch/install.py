@@ -102,7 +102,7 @@ class SessionModeSwitch:
         self._adopted: dict[str, Adopted] = {}
         self._switchers: dict[str, Any] = {}
         self._skipped: dict[str, str] = {}  # run id -> why that run is left as it runs
-        self._replaced: set[str] = set()  # runs a restart-method switch stopped, until their termination arrives
+        self._replaced: set[str] = set()  # run ids a restart-method switch stopped (late events ignored)
         self._attachment: Attachment | None = None
         self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
 
@@ -164,8 +164,6 @@ class SessionModeSwitch:
     def handle(self, message: Any) -> None:
         """One message, on the installation's thread (unit tests call it directly)."""
         if message.run_id in self._replaced:
-            if isinstance(message, QueryTerminated):
-                self._replaced.discard(message.run_id)  # its last event: nothing more comes of it
             return  # a late event of a run a restart-method switch replaced
         if isinstance(message, QueryTerminated):
             with self._lock:
