@@ -48,6 +48,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.mode_switch.connect_starts import ConnectStarts
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
+from backlog_source.mode_switch.recent_runs import RecentRuns
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
 from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
 from backlog_source.mode_switch.switch_span import PendingSwitch, SwitchSpan
@@ -101,8 +102,8 @@ class SessionModeSwitch:
         self._lock = threading.Lock()
         self._adopted: dict[str, Adopted] = {}
         self._switchers: dict[str, Any] = {}
-        self._skipped: dict[str, str] = {}  # run id -> why that run is left as it runs
-        self._replaced: set[str] = set()  # run ids a restart-method switch stopped (late events ignored)
+        self._skipped: RecentRuns[str] = RecentRuns()  # run id -> why that run is left as it runs
+        self._replaced: RecentRuns[None] = RecentRuns()  # runs a restart-method switch stopped (late events ignored)
         self._attachment: Attachment | None = None
         self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
 
@@ -204,7 +205,7 @@ class SessionModeSwitch:
         wanted = switched.mode
         run_id = str(switched.query.runId) if adopted.method is SwitchMethod.RESTART else adopted.run_id
         if run_id != adopted.run_id:
-            self._replaced.add(adopted.run_id)
+            self._replaced[adopted.run_id] = None
         with self._lock:
             self._adopted[query_id] = Adopted(run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms,
                                               adopted.method)
