@@ -27,43 +27,55 @@ Configurations, each with the same options in both workloads (a user does not kn
   ``backlog.maxBytesPerTrigger``, 128 MiB);
 * ``backlog-time``: ``format("backlog")`` with ``backlog.targetBatchDuration`` 10 s.
 
-Figures per run: drain (``start()`` -> the batch reaching the backlog's end committed), the
-largest batch (records, bytes of keys and values, seconds), batches, peak JVM heap and peak
-resident memory of the Python processes, files written (Parquet), and a failure (e.g. the
-driver out of memory) as an outcome. Not measured here yet (issue 35 asks for them): live
-latency after the drain, the time to caught-up after a kill -9 mid-drain, and the start-up
-floor of a one-row Python source.
+Figures per run: drain (``start()`` -> the batch reaching the backlog's end committed), and
+for ``format("backlog")`` the drain less the start-up floor of any Python streaming source
+(``start()`` -> first trigger of a one-row Python source, measured once per round in the same
+session); the largest batch (records, bytes of keys and values, seconds), batches, peak JVM
+heap and peak resident memory of the Python processes, files written (Parquet), and a failure
+(e.g. the driver out of memory) as an outcome. Then ``--live-seconds`` of live traffic and its
+end-to-end latency (p50, p99). With ``--recovery`` (the default) the same restart runs again
+in a job of its own (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL half its
+drain time after ``start()`` and started again on its checkpoint: the time to caught-up, and
+the share of the backlog committed before the kill (the rest is read again).
 
 Usage::
 
     .venv/bin/python -m benchmarks.catch_up_budgets [--runs 1] [--small-records 3000000]
         [--mixed-records 100000] [--workloads small,mixed] [--sink arrow|parquet]
-        [--configs a,b,...] [--results-name NAME]
+        [--configs a,b,...] [--live-seconds 20] [--live-rate 1000] [--no-recovery]
+        [--results-name NAME]
 
-Writes ``benchmarks/results/catch_up_budgets/<results name>.{json,md}``.
+Writes ``benchmarks/results/catch_up_budgets/<results name>.{json,md,png}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 from itertools import accumulate
+from pathlib import Path
 
 import pyspark
 
-from backlog_source.demo.apache_kafka import kafka_version
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars
+from backlog_source.demo.embedded_broker import delete_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
+from benchmarks.harness.catch_up_job import to_arrow
 from benchmarks.harness.costs import MemorySampler
-from benchmarks.harness.progress import commit_time_reaching, drain_batches, offset_of
-from benchmarks.harness.results import machine, write_results
-from benchmarks.harness.runs import rotated, wait_until
-from benchmarks.harness.stats import median_and_spread, with_spread
-from benchmarks.harness.traffic import create_live_topic, log_ends
+from benchmarks.harness.progress import commit_time_reaching, drain_batches, offset_of, timestamp_s
+from benchmarks.harness.record_latency import record_latencies
+from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
+from benchmarks.harness.runs import first_trigger_and_total_s, rotated, wait_until
+from benchmarks.harness.stats import median_and_spread, percentile, with_spread
+from benchmarks.harness.traffic import create_live_topic, log_ends, produce_and_catch_up
+from benchmarks.harness.trivial_source import register_trivial_source
 
 PARTITIONS = 8
 HISTORY = 1_000
@@ -128,10 +140,6 @@ def frame(spark, config: dict, bootstrap: str, topic: str):
             .option("subscribe", topic).option("startingOffsets", "earliest").options(**config["options"]).load())
 
 
-def to_arrow(batch_df, batch_id) -> None:
-    batch_df.select("key", "value", "partition", "offset").toArrow()
-
-
 def writer(df, sink: str, checkpoint: str, output: str):
     w = df.writeStream.option("checkpointLocation", checkpoint)
     if sink == "parquet":
@@ -144,27 +152,37 @@ def positions_of(progress: dict, topic: str, field: str) -> dict[int, int]:
     return {int(p): o for p, o in offset.get("positions", offset).get(topic, {}).items()}
 
 
-def run(bench, workload: str, name: str, args, round_index: int) -> dict:
-    spark, log, bootstrap = bench.spark, bench.log, bench.bootstrap
+def prepare(bench, workload: str, name: str, args, round_index: int, folder: str) -> tuple[str, Backlog, dict[int, int]]:
+    """The job's earlier life and its downtime: a fresh topic with :data:`HISTORY` records, a
+    checkpoint in ``folder`` at their end (``Trigger.AvailableNow``, this session), then the
+    backlog. Returns the topic, what was produced, and the log ends."""
     config = CONFIGS[name]
     topic = f"bench-catch-up-{workload}-{name}-{time.time_ns()}"
-    create_live_topic(bootstrap, topic, PARTITIONS)
-    produce(bootstrap, topic, ((i % PARTITIONS, b"h%d" % i, b"h" * 100) for i in range(HISTORY)))
-    count = args.small_records if workload == "small" else args.mixed_records
+    create_live_topic(bench.bootstrap, topic, PARTITIONS)
+    produce(bench.bootstrap, topic, ((i % PARTITIONS, b"h%d" % i, b"h" * 100) for i in range(HISTORY)))
     backlog = Backlog()
-    for p in range(PARTITIONS):  # the history's offsets come first in every partition
-        backlog.sizes[p] = [0] * sum(1 for i in range(HISTORY) if i % PARTITIONS == p)
+    for p, end in history_ends().items():  # the history's offsets come first in every partition
+        backlog.sizes[p] = [0] * end
+    first = writer(frame(bench.spark, config, bench.bootstrap, topic), args.sink, f"{folder}/checkpoint", f"{folder}/out")
+    earlier = first.trigger(availableNow=True).start()
+    earlier.awaitTermination()
+    if earlier.exception() is not None:
+        raise RuntimeError(f"{name}: the earlier run failed: {earlier.exception()}")
+    count = args.small_records if workload == "small" else args.mixed_records
+    produce_backlog(bench.bootstrap, topic, workload, count, seed=round_index, backlog=backlog)
+    return topic, backlog, log_ends(bench.bootstrap, topic, PARTITIONS)
+
+
+def run(bench, workload: str, name: str, args, round_index: int) -> dict:
+    """One restart after downtime in this session: the drain, its batches and memory, then
+    ``--live-seconds`` of live traffic and its end-to-end latency."""
+    spark, log, bootstrap = bench.spark, bench.log, bench.bootstrap
+    config = CONFIGS[name]
     with tempfile.TemporaryDirectory() as folder:
-        checkpoint, output = f"{folder}/checkpoint", f"{folder}/out"
-        first = writer(frame(spark, config, bootstrap, topic), args.sink, checkpoint, output)
-        earlier = first.trigger(availableNow=True).start()
-        earlier.awaitTermination()
-        if earlier.exception() is not None:
-            raise RuntimeError(f"{name}: the earlier run failed: {earlier.exception()}")
-        produce_backlog(bootstrap, topic, workload, count, seed=round_index, backlog=backlog)
-        ends = log_ends(bootstrap, topic, PARTITIONS)
-        restarted = writer(frame(spark, config, bootstrap, topic), args.sink, checkpoint, output)
-        failure = None
+        topic, backlog, ends = prepare(bench, workload, name, args, round_index, folder)
+        output = f"{folder}/out"
+        restarted = writer(frame(spark, config, bootstrap, topic), args.sink, f"{folder}/checkpoint", output)
+        failure, live, files = None, {}, None
         with MemorySampler(spark) as memory:
             called = time.time()
             query = restarted.trigger(processingTime=config.get("trigger", "0 seconds")).start()
@@ -175,21 +193,27 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
 
             try:
                 wait_until(drained, args.timeout, f"{name}: the backlog was not drained")
+                files = parquet_files(output)  # the drain's, before the live traffic's
+                if args.live_seconds:
+                    live = live_latency(query, log, bootstrap, topic, args)
             except (TimeoutError, RuntimeError) as exc:
                 failure = str(exc)[-4000:]  # the root cause ends the text
             finally:
                 query.stop()
-        files = sum(1 for _, _, names in os.walk(output) for n in names if n.endswith(".parquet"))
+        delete_topic(bootstrap, topic)
     # The query id is the checkpoint's: the earlier run's batch (ending at the history) is in
     # the log too and is left out.
     progress = [p for p in log.of(query.id) if p["numInputRows"] and positions_of(p, topic, "endOffset")
                 and sum(positions_of(p, topic, "endOffset").values()) > HISTORY]
     if failure is not None:
         print(f"{workload} {name}: failed: {failure}", flush=True)
-        return {"failed": failure, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib}
+        return {"failed": failure, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib,
+                "batch_timeline": batch_timeline(progress, called)}
     drained_at = commit_time_reaching(progress, topic, ends)
     batches = []
     for p in progress:
+        if committed_s(p) > drained_at:
+            continue  # a batch of the live traffic
         start, end = positions_of(p, topic, "startOffset"), positions_of(p, topic, "endOffset")
         batches.append({"records": p["numInputRows"], "bytes": backlog.bytes_between(start, end),
                         "seconds": p["durationMs"]["triggerExecution"] / 1000})
@@ -203,24 +227,158 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
         "heap_peak_mib": memory.heap_peak_mib,
         "python_rss_peak_mib": memory.python_peak_mib,
         "files": files if args.sink == "parquet" else None,
+        **live,
         "batches": batches,
+        "batch_timeline": batch_timeline(progress, called),
     }
     print(f"{workload} {name}: drained {result['drain_s']:.1f} s in {result['batches_to_drain']} batches; largest "
           f"{result['largest_batch_bytes_mib']:.0f} MiB / {result['largest_batch_records']:,} records; longest batch "
           f"{result['largest_batch_s']:.1f} s; heap peak {result['heap_peak_mib']:.0f} MiB, Python "
-          f"{result['python_rss_peak_mib']:.0f} MiB", flush=True)
+          f"{result['python_rss_peak_mib']:.0f} MiB; live p50/p99 {live.get('latency_p50_s', float('nan')):.2f}/"
+          f"{live.get('latency_p99_s', float('nan')):.2f} s", flush=True)
     return result
 
 
-FIGURES = ("drain_s", "largest_batch_bytes_mib", "largest_batch_records", "largest_batch_s", "batches_to_drain",
-           "heap_peak_mib", "python_rss_peak_mib", "files")
+def live_latency(query, log, bootstrap: str, topic: str, args) -> dict:
+    """``--live-rate`` records/s of 100 B for ``--live-seconds`` into the drained query's topic;
+    the end-to-end latency of each (:mod:`benchmarks.harness.record_latency`)."""
+    delivered, caught_up = produce_and_catch_up(query, bootstrap, topic, PARTITIONS, args.live_rate, args.live_seconds)
+    if not caught_up:
+        raise RuntimeError(f"the query did not keep up with {args.live_rate:g} records/s of live traffic")
+    latencies = record_latencies(topic, log.of(query.id), delivered)
+    return {"latency_p50_s": percentile(latencies, 0.50), "latency_p99_s": percentile(latencies, 0.99),
+            "live_records": len(latencies)}
 
 
-def report(runs: dict[str, dict[str, list[dict]]], args) -> None:
+class CatchUpJob:
+    """:mod:`benchmarks.harness.catch_up_job` in a process group of its own (its own JVM and
+    Python workers): ``kill()`` is a SIGKILL to all of it, as when a job's machine dies."""
+
+    def __init__(self, spec: dict, work: Path) -> None:
+        self.work = work
+        (work / "spec.json").write_text(json.dumps(spec))
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float) -> float:
+        """Start the job; returns the wall-clock time its ``start()`` was called."""
+        (self.work / "started.json").unlink(missing_ok=True)
+        log = open(self.work / "job.log", "a")
+        self.process = subprocess.Popen([sys.executable, "-m", "benchmarks.harness.catch_up_job",
+                                         str(self.work / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+        wait_until(lambda: self._check() and (self.work / "started.json").exists(), timeout_s, "the job to start")
+        return json.loads((self.work / "started.json").read_text())["start_called"]
+
+    def progress(self) -> list[dict]:
+        path = self.work / "progress.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self, timeout_s: float = 120) -> None:
+        (self.work / "stop").write_text("")
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def _check(self) -> bool:
+        if self.process.poll() is not None:
+            tail = (self.work / "job.log").read_text()[-3000:]
+            raise RuntimeError(f"the job ended with {self.process.returncode}: {tail}")
+        return True
+
+
+def recover(bench, workload: str, name: str, args, round_index: int, drain_s: float) -> dict:
+    """The driver killed halfway through the drain: the same restart after downtime as
+    :func:`run`, in a job of its own; SIGKILL to it ``drain_s / 2`` after its ``start()``
+    (``drain_s``: this configuration's drain in :func:`run`, same round), then the job started
+    again on its checkpoint. Figures: what had committed before the kill, and the time from
+    the new ``start()`` to the commit of the batch reaching the backlog's end."""
+    config = CONFIGS[name]
+    with tempfile.TemporaryDirectory() as folder:
+        topic, backlog, ends = prepare(bench, workload, name, args, round_index, folder)
+        work = Path(folder) / "job"
+        work.mkdir()
+        spec = {"bootstrap": bench.bootstrap, "topic": topic, "source": config["source"], "options": config["options"],
+                "trigger": config.get("trigger", "0 seconds"), "sink": args.sink, "checkpoint": f"{folder}/checkpoint",
+                "output": f"{folder}/out", "work": str(work),
+                "jars": [str(j) for j in spark_kafka_connector_jars()] if config["source"] == "kafka" else []}
+        job = CatchUpJob(spec, work)
+        try:
+            called = job.start(timeout_s=300)
+            wait_until(lambda: job._check() and time.time() >= called + drain_s / 2, drain_s + 60, "halfway")
+            job.kill()
+            killed_at = time.time()
+            before = job.progress()
+            committed = max((sum(positions_of(p, topic, "endOffset").values()) for p in before if p["numInputRows"]),
+                            default=HISTORY)
+            restarted = job.start(timeout_s=300)
+            wait_until(lambda: job._check() and commit_time_reaching(job.progress(), topic, ends) is not None,
+                       args.timeout, f"{name}: the restarted job did not drain the backlog")
+            caught_up = commit_time_reaching(job.progress(), topic, ends)
+        except (TimeoutError, RuntimeError) as exc:
+            print(f"{workload} {name}: recovery failed: {exc}", flush=True)
+            return {"recovery_failed": str(exc)[-4000:]}
+        finally:
+            if job.process is not None and job.process.poll() is None:
+                job.stop()
+        delete_topic(bench.bootstrap, topic)
+    total = sum(ends.values()) - HISTORY
+    result = {"recovery_s": caught_up - restarted, "kill_to_caught_up_s": caught_up - killed_at,
+              "committed_before_kill": (committed - HISTORY) / total}
+    print(f"{workload} {name}: killed at {drain_s / 2:.1f} s with {result['committed_before_kill']:.0%} committed; "
+          f"restarted job caught up {result['recovery_s']:.1f} s after its start() "
+          f"({result['kill_to_caught_up_s']:.1f} s after the kill)", flush=True)
+    return result
+
+
+def parquet_files(folder: str) -> int:
+    return sum(1 for _, _, names in os.walk(folder) for n in names if n.endswith(".parquet"))
+
+
+def history_ends() -> dict[int, int]:
+    """Per partition, where the backlog starts: the end of the job's earlier life."""
+    return {p: sum(1 for i in range(HISTORY) if i % PARTITIONS == p) for p in range(PARTITIONS)}
+
+
+def committed_s(progress: dict) -> float:
+    """When the batch of a progress event committed (wall-clock s)."""
+    return timestamp_s(progress["timestamp"]) + progress["durationMs"]["triggerExecution"] / 1000
+
+
+def startup_floor(bench) -> float:
+    """Seconds from ``start()`` to the first trigger of a one-row Python streaming source
+    (PySpark's own floor for any Python source, issue 35 item 6), in this session."""
+    register_trivial_source(bench.spark)
+    return first_trigger_and_total_s(bench.spark.readStream.format("trivial_python").load())[0]
+
+
+FIGURES = ("drain_s", "drain_less_floor_s", "largest_batch_bytes_mib", "largest_batch_records", "largest_batch_s",
+           "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "files", "latency_p50_s", "latency_p99_s",
+           "recovery_s", "kill_to_caught_up_s", "committed_before_kill")
+#: Markdown columns: figure -> (header, format).
+COLUMNS = {"drain_s": ("drain s", ".1f"), "drain_less_floor_s": ("drain less floor s", ".1f"),
+           "largest_batch_bytes_mib": ("largest batch MiB", ".0f"), "largest_batch_records": ("largest batch records", ".0f"),
+           "largest_batch_s": ("longest batch s", ".1f"), "batches_to_drain": ("batches", ".0f"),
+           "heap_peak_mib": ("JVM heap peak MiB", ".0f"), "python_rss_peak_mib": ("Python RSS peak MiB", ".0f"),
+           "files": ("files", ".0f"), "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
+           "recovery_s": ("kill -9: start() -> caught up s", ".1f"),
+           "kill_to_caught_up_s": ("kill -9 -> caught up s", ".1f"),
+           "committed_before_kill": ("committed at kill", ".2f")}
+
+
+def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) -> None:
     command = "python -m benchmarks.catch_up_budgets " + " ".join(sys.argv[1:])
     summaries = {w: {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
                      | {"failed": sum(1 for r in rs if "failed" in r), "runs": len(rs)}
                      for n, rs in by_config.items()} for w, by_config in runs.items()}
+    floor = median_and_spread(floors)
+    columns = [f for f in FIGURES if f != "files" or args.sink == "parquet"]
     lines = [
         "# Catch-up batches sized by bytes and time against format(\"kafka\")'s record caps", "",
         f"Command: `{command}` ({machine()['cpus']} cores; Apache Kafka {kafka_version()}, Spark {pyspark.__version__}, "
@@ -231,20 +389,28 @@ def report(runs: dict[str, dict[str, list[dict]]], args) -> None:
         + ("a `foreachBatch` that converts each batch to Arrow (`toArrow()`)" if args.sink == "arrow" else "Parquet")
         + f". Median (min-max) of {args.runs} round(s) in rotated order, after a warm-up query. Same options in "
         "both workloads. Bytes: keys and values of the batch's offsets, as produced.", "",
+        f"Drain: `start()` -> the batch reaching the backlog's end committed. Drain less floor: for `format(\"backlog\")`, "
+        f"the drain less the start-up floor of any Python source (`start()` -> first trigger of a one-row Python "
+        f"source, measured once per round in this session: {with_spread(floor)} s); for `format(\"kafka\")` the drain. "
+        + (f"Live: {args.live_rate:g} records/s of 100 B for {args.live_seconds:g} s after the drain, end-to-end "
+           "latency per record (Kafka's append time -> the batch's commit). " if args.live_seconds else "")
+        + ("Kill -9: the same restart in a job of its own, SIGKILLed (process group: JVM and Python workers) half its "
+           "drain time after `start()`, then started again on its checkpoint; `start()` -> caught up excludes the "
+           "new JVM's start-up, kill -9 -> caught up includes it; committed at kill: the backlog's share committed "
+           "before the kill (the rest is read again)." if args.recovery else ""), "",
     ]
     for workload, by_config in summaries.items():
-        lines += [f"## {workload}", "",
-                  "| configuration | failed | drain s | largest batch MiB | largest batch records | longest batch s | "
-                  "batches | JVM heap peak MiB | Python RSS peak MiB |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"## {workload}", "", "| configuration | failed | " + " | ".join(COLUMNS[f][0] for f in columns) + " |",
+                  "| --- | --- | " + " | ".join("---:" for _ in columns) + " |"]
         for name, s in by_config.items():
-            lines.append(f"| {name} | {s['failed']} of {s['runs']} | " + " | ".join(
-                with_spread(s[f], ".0f" if f in ("largest_batch_records", "batches_to_drain") else ".1f")
-                for f in FIGURES if f != "files") + " |")
+            lines.append(f"| {name} | {s['failed']} of {s['runs']} | "
+                         + " | ".join(with_spread(s[f], COLUMNS[f][1]) for f in columns) + " |")
         lines.append("")
     write_results("catch_up_budgets", args.results_name,
                   {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": pyspark.__version__,
-                   "args": vars(args), "configs": CONFIGS, "summaries": summaries, "runs": runs}, lines)
+                   "args": vars(args), "configs": CONFIGS, "floor_s": floors, "summaries": summaries, "runs": runs},
+                  lines)
+    save_batch_timelines("catch_up_budgets", args.results_name, runs)
 
 
 def main() -> None:
@@ -256,6 +422,11 @@ def main() -> None:
     parser.add_argument("--sink", choices=("arrow", "parquet"), default="arrow")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--timeout", type=float, default=900, help="seconds a drain may take before it counts as failed")
+    parser.add_argument("--live-seconds", type=float, default=20,
+                        help="seconds of live traffic after the drain, for its latency (0: none)")
+    parser.add_argument("--live-rate", type=float, default=1_000, help="records/s of the live traffic")
+    parser.add_argument("--recovery", action=argparse.BooleanOptionalAction, default=True,
+                        help="also kill the driver halfway through a second drain and time the recovery")
     parser.add_argument("--results-name", default="catch_up_budgets")
     args = parser.parse_args()
     configs = [c.strip() for c in args.configs.split(",")]
@@ -264,12 +435,21 @@ def main() -> None:
         parser.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
     workloads = [w.strip() for w in args.workloads.split(",")]
     runs: dict[str, dict[str, list[dict]]] = {w: {c: [] for c in configs} for w in workloads}
+    floors: list[float] = []
     with kafka_and_spark(connector=True) as bench:
+        startup_floor(bench)  # its warm-up
         for round_index in range(args.runs):
+            floors.append(startup_floor(bench))
             for workload in workloads:
                 for name in rotated(configs, round_index):
-                    runs[workload][name].append(run(bench, workload, name, args, round_index))
-    report(runs, args)
+                    result = run(bench, workload, name, args, round_index)
+                    if "drain_s" in result:
+                        result["drain_less_floor_s"] = result["drain_s"] - (
+                            floors[-1] if CONFIGS[name]["source"] == "backlog" else 0.0)
+                        if args.recovery:
+                            result.update(recover(bench, workload, name, args, round_index, result["drain_s"]))
+                    runs[workload][name].append(result)
+    report(runs, floors, args)
 
 
 if __name__ == "__main__":

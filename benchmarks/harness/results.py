@@ -53,13 +53,16 @@ def batch_timeline(progress: list[dict], since: float) -> list[dict]:
 def draw_batch_timeline(ax, run: dict, title: str) -> None:
     """A run's batches on the matplotlib axes ``ax``: records per batch over time (a bar's
     width is the batch's duration, log scale), and the backlog drained (dashed). ``run``
-    holds ``batch_timeline`` (:func:`batch_timeline`) and ``drain_s``."""
+    holds ``batch_timeline`` (:func:`batch_timeline`) and ``drain_s``, or ``failed``."""
     batches = run["batch_timeline"]
     ax.bar([b["start"] for b in batches], [b["records"] for b in batches],
            width=[max(0.15, b["seconds"]) for b in batches], align="edge", color="tab:blue")
-    ax.axvline(run["drain_s"], color="black", linestyle="--", linewidth=1)
     ax.set_yscale("log")
-    ax.set_title(f"{title}: drained {run['drain_s']:.1f} s, live p99 {fmt(run['latency_p99_s'])} s", fontsize=8)
+    if run.get("failed"):
+        ax.set_title(f"{title}: failed", fontsize=8)
+    else:
+        ax.axvline(run["drain_s"], color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"{title}: drained {run['drain_s']:.1f} s, live p99 {fmt(run.get('latency_p99_s'))} s", fontsize=8)
     ax.tick_params(labelsize=7)
 
 
