@@ -34,9 +34,10 @@ session); the largest batch (records, bytes of keys and values, seconds), batche
 heap and peak resident memory of the Python processes, files written (Parquet), and a failure
 (e.g. the driver out of memory) as an outcome. Then ``--live-seconds`` of live traffic and its
 end-to-end latency (p50, p99). With ``--recovery`` (the default) the same restart runs again
-in a job of its own (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL half its
-drain time after ``start()`` and started again on its checkpoint: the time to caught-up, and
-the share of the backlog committed before the kill (the rest is read again).
+in a job of its own (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL
+once half the backlog has committed (or, with batches that large, a warm drain's time after
+``start()``) and started again on its checkpoint: the time to caught-up, and the share of the
+backlog committed before the kill (the rest is read again).
 
 Usage::
 
@@ -295,10 +296,12 @@ class CatchUpJob:
 
 def recover(bench, workload: str, name: str, args, round_index: int, drain_s: float) -> dict:
     """The driver killed halfway through the drain: the same restart after downtime as
-    :func:`run`, in a job of its own; SIGKILL to it ``drain_s / 2`` after its ``start()``
-    (``drain_s``: this configuration's drain in :func:`run`, same round), then the job started
-    again on its checkpoint. Figures: what had committed before the kill, and the time from
-    the new ``start()`` to the commit of the batch reaching the backlog's end."""
+    :func:`run`, in a job of its own, SIGKILLed once it has committed half the backlog, or
+    ``drain_s`` after its ``start()`` if it has not by then (``drain_s``: this configuration's
+    drain in :func:`run`, same round; a configuration whose batches are that large loses the
+    batch in flight), then started again on its checkpoint. Figures: the share committed
+    before the kill, and the time from the new ``start()`` to the commit of the batch
+    reaching the backlog's end."""
     config = CONFIGS[name]
     with tempfile.TemporaryDirectory() as folder:
         topic, backlog, ends = prepare(bench, workload, name, args, round_index, folder)
@@ -311,12 +314,17 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
         job = CatchUpJob(spec, work)
         try:
             called = job.start(timeout_s=300)
-            wait_until(lambda: job._check() and time.time() >= called + drain_s / 2, drain_s + 60, "halfway")
+            half = HISTORY + (sum(ends.values()) - HISTORY) / 2
+
+            def committed() -> int:
+                return max((sum(positions_of(p, topic, "endOffset").values()) for p in job.progress()
+                            if p["numInputRows"]), default=HISTORY)
+
+            wait_until(lambda: job._check() and (committed() >= half or time.time() >= called + drain_s),
+                       args.timeout, "halfway")
             job.kill()
             killed_at = time.time()
-            before = job.progress()
-            committed = max((sum(positions_of(p, topic, "endOffset").values()) for p in before if p["numInputRows"]),
-                            default=HISTORY)
+            committed_at_kill = committed()
             restarted = job.start(timeout_s=300)
             wait_until(lambda: job._check() and commit_time_reaching(job.progress(), topic, ends) is not None,
                        args.timeout, f"{name}: the restarted job did not drain the backlog")
@@ -330,8 +338,8 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
         delete_topic(bench.bootstrap, topic)
     total = sum(ends.values()) - HISTORY
     result = {"recovery_s": caught_up - restarted, "kill_to_caught_up_s": caught_up - killed_at,
-              "committed_before_kill": (committed - HISTORY) / total}
-    print(f"{workload} {name}: killed at {drain_s / 2:.1f} s with {result['committed_before_kill']:.0%} committed; "
+              "committed_before_kill": (committed_at_kill - HISTORY) / total, "killed_after_s": killed_at - called}
+    print(f"{workload} {name}: killed {killed_at - called:.1f} s after start() with {result['committed_before_kill']:.0%} committed; "
           f"restarted job caught up {result['recovery_s']:.1f} s after its start() "
           f"({result['kill_to_caught_up_s']:.1f} s after the kill)", flush=True)
     return result
@@ -394,8 +402,9 @@ def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) ->
         f"source, measured once per round in this session: {with_spread(floor)} s); for `format(\"kafka\")` the drain. "
         + (f"Live: {args.live_rate:g} records/s of 100 B for {args.live_seconds:g} s after the drain, end-to-end "
            "latency per record (Kafka's append time -> the batch's commit). " if args.live_seconds else "")
-        + ("Kill -9: the same restart in a job of its own, SIGKILLed (process group: JVM and Python workers) half its "
-           "drain time after `start()`, then started again on its checkpoint; `start()` -> caught up excludes the "
+        + ("Kill -9: the same restart in a job of its own, SIGKILLed (process group: JVM and Python workers) once "
+           "half the backlog has committed (with batches too large for that, the warm drain's time after `start()`: "
+           "the batch in flight is lost), then started again on its checkpoint; `start()` -> caught up excludes the "
            "new JVM's start-up, kill -9 -> caught up includes it; committed at kill: the backlog's share committed "
            "before the kill (the rest is read again)." if args.recovery else ""), "",
     ]
