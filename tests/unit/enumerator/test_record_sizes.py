@@ -6,7 +6,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import KafkaClientConfig
-from backlog_source.enumerator.record_sizes import MAX_SAMPLED, SAMPLE_FETCH_BYTES, KafkaRecordSizes, record_bytes
+from backlog_source.enumerator.record_sizes import (
+    MAX_SAMPLED,
+    SAMPLE_FETCH_BYTES,
+    KafkaRecordSizes,
+    pooled_by_topic,
+    record_bytes,
+)
 from tests.fakes import FakeClock, FakeConsumer, Msg, eof
 
 SECRET = "s3cret"
@@ -31,12 +37,46 @@ def test_bytes_per_offset_divide_the_sampled_bytes_by_the_offsets_they_span_gaps
     assert consumer.config["max.partition.fetch.bytes"] == SAMPLE_FETCH_BYTES and consumer.config["enable.auto.commit"] is False
 
 
-def test_buckets_past_the_sampled_ones_get_the_median_of_those_measured():
+def test_every_bucket_of_a_topic_gets_the_bytes_of_all_its_samples_over_their_offsets():
     lags = {Bucket("t", p): 1_000 - p for p in range(MAX_SAMPLED + 3)}
     messages = [Msg(0, key=None, value=b"v" * (10 * (p + 1)), partition=p) for p in range(MAX_SAMPLED)]
     measured = sizes(FakeConsumer([messages])).bytes_per_offset({b: 0 for b in lags}, lags)
-    assert set(measured) == set(lags)
-    assert measured[Bucket("t", MAX_SAMPLED + 1)] == (10 * (MAX_SAMPLED // 2) + 10 * (MAX_SAMPLED // 2 + 1)) / 2
+    pooled = sum(10 * (p + 1) for p in range(MAX_SAMPLED)) / MAX_SAMPLED  # one offset per sample
+    assert measured == {b: pooled for b in lags}  # sampled or not (past MAX_SAMPLED)
+
+
+def test_topics_are_pooled_apart_and_an_unsampled_topic_gets_all_samples_together():
+    measured = {Bucket("small", 0): (100, 10), Bucket("small", 1): (300, 10),
+                Bucket("large", 0): (50_000, 2), Bucket("large", 1): (10_000, 2)}
+    buckets = [*measured, Bucket("other", 0)]
+    assert pooled_by_topic(measured, buckets) == {
+        Bucket("small", 0): 20.0, Bucket("small", 1): 20.0, Bucket("large", 0): 15_000.0, Bucket("large", 1): 15_000.0,
+        Bucket("other", 0): 60_400 / 24}
+
+
+def test_pooling_bounds_a_mix_better_than_each_partition_alone():
+    """The overshoot this rule exists for: partitions of one mix (nine in ten records 200 B, one
+    in ten 40 KB) each sampled over 60 records, and each planned to read a 16 MB share."""
+    import random
+
+    rng = random.Random(3)
+    share, mean = 16_000_000, 0.9 * 200 + 0.1 * 40_000
+
+    def sample():
+        return sum(40_000 if rng.random() < 0.1 else 200 for _ in range(60)), 60
+
+    def batch(estimates):  # bytes read: each partition's planned records at the true mean size
+        return sum(share / e * mean for e in estimates)
+
+    alone, pooled = [], []
+    for _ in range(200):
+        samples = [sample() for _ in range(8)]
+        alone.append(batch([size / n for size, n in samples]))
+        pooled.append(batch([sum(s for s, _ in samples) / sum(n for _, n in samples)] * 8))
+    budget = 8 * share
+    assert sorted(alone)[180] > 1.3 * budget  # one batch in ten: 30 % over, or worse
+    assert sorted(pooled)[180] < 1.25 * budget
+    assert sum(pooled) < sum(alone)
 
 
 def test_a_failed_measurement_returns_nothing_with_a_warning_and_never_a_secret(caplog):
