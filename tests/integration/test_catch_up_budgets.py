@@ -32,39 +32,82 @@ def mixed_records(partitions: int, per_partition: int, seed: int = 7):
             yield p, f"k{n:07d}".encode(), bytes([65 + p]) * size
 
 
+def small_records(partitions: int, per_partition: int):
+    """Values of 100 B, keys of 8 B."""
+    for n in range(per_partition):
+        for p in range(partitions):
+            yield p, f"k{n:07d}".encode(), bytes([65 + p]) * 100
+
+
+#: workload -> (records per partition, its generator, format("kafka")'s record cap: about a
+#: budget's worth of the mix's average record, as a user would size it).
+WORKLOADS = {"mixed": (300, mixed_records, 40), "small": (3_000, small_records, 1_500)}
+
+
 def batch_bytes(rows) -> int:
     return sum(len(r[0] or b"") + len(r[1] or b"") for r in rows)
 
 
-def test_a_catch_up_on_mixed_record_sizes_reads_the_same_rows_in_batches_the_byte_budget_bounds(
-        spark, broker, topic_name, tmp_path):
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_a_catch_up_reads_the_same_rows_in_batches_the_byte_budget_bounds(spark, broker, topic_name, tmp_path,
+                                                                          workload):
+    per_partition, records, kafka_cap = WORKLOADS[workload]
     make_topic(broker, topic_name, 2)
-    produce(broker.bootstrap_servers, topic_name, mixed_records(2, 300))
+    produce(broker.bootstrap_servers, topic_name, records(2, per_partition))
     options = {"subscribe": topic_name, "startingOffsets": "earliest"}
     queries = {
         "backlog": start(spark, "backlog", broker.bootstrap_servers, options, tmp_path / "backlog",
                          trigger={"availableNow": True}, backlog_only={"backlog.maxBytesPerTrigger": BUDGET}),
-        "kafka": start(spark, "kafka", broker.bootstrap_servers, {**options, "maxOffsetsPerTrigger": 40},
+        "kafka": start(spark, "kafka", broker.bootstrap_servers, {**options, "maxOffsetsPerTrigger": kafka_cap},
                        tmp_path / "kafka", trigger={"availableNow": True}),
     }
     for query, _ in queries.values():
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()
     ours, spark_rows = queries["backlog"][1], queries["kafka"][1]
-    assert ours.rows() == spark_rows.rows() and len(ours.rows()) == 600
+    assert ours.rows() == spark_rows.rows() and len(ours.rows()) == 2 * per_partition
 
     largest_record = max(batch_bytes([r]) for r in ours.rows())
     sizes = [batch_bytes(b) for b in ours.batches if b]
-    assert len(sizes) > 2  # the backlog (~3.6 MB) is read in bounded batches, not one
+    assert len(sizes) > 2  # the backlog (~3.6 MB mixed, ~650 kB small) is read in bounded batches, not one
     # Within the budget, but for one record per partition (the sizes were measured where each
     # batch starts; a sample is a fetch, so a batch can hold a few more large records than
     # the sample saw: allow two of the largest per partition).
     assert max(sizes) <= BUDGET + 2 * 2 * largest_record, (sizes, largest_record)
+    # Not far below it either: the budget is what the batches are sized to.
+    assert max(sizes) >= BUDGET / 2, sizes
 
     plans = [json.loads(p["sources"][0]["endOffset"])["plan"] for p in queries["backlog"][0].recentProgress
              if p["numInputRows"]]
     assert plans and all(p["budget_bytes"] == BUDGET for p in plans[:-1])
     assert {p["bounded_by"] for p in plans[:-1]} == {"bytes"}
-    # Spark's record cap: the same number of records per batch, whatever they weigh.
-    spark_sizes = [batch_bytes(b) for b in spark_rows.batches if b]
-    assert max(spark_sizes) > 2 * min(spark_sizes)
+    if workload == "mixed":
+        # Spark's record cap: the same number of records per batch, whatever they weigh.
+        spark_sizes = [batch_bytes(b) for b in spark_rows.batches if b]
+        assert max(spark_sizes) > 2 * min(spark_sizes)
+
+
+def test_a_time_target_reads_the_same_rows_bounded_by_the_byte_budget(spark, broker, topic_name, tmp_path):
+    """``backlog.targetBatchDuration`` never lets a batch exceed ``backlog.maxBytesPerTrigger``
+    (its first batch, before any throughput is known, is 16 MiB: above this budget)."""
+    make_topic(broker, topic_name, 2)
+    produce(broker.bootstrap_servers, topic_name, small_records(2, 3_000))
+    options = {"subscribe": topic_name, "startingOffsets": "earliest"}
+    queries = {
+        "backlog": start(spark, "backlog", broker.bootstrap_servers, options, tmp_path / "backlog",
+                         trigger={"availableNow": True},
+                         backlog_only={"backlog.maxBytesPerTrigger": BUDGET, "backlog.targetBatchDuration": "1h"}),
+        "kafka": start(spark, "kafka", broker.bootstrap_servers, options, tmp_path / "kafka",
+                       trigger={"availableNow": True}),
+    }
+    for query, _ in queries.values():
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    ours, spark_rows = queries["backlog"][1], queries["kafka"][1]
+    assert ours.rows() == spark_rows.rows() and len(ours.rows()) == 6_000
+    largest_record = max(batch_bytes([r]) for r in ours.rows())
+    sizes = [batch_bytes(b) for b in ours.batches if b]
+    assert len(sizes) > 2 and max(sizes) <= BUDGET + 2 * 2 * largest_record, sizes
+    plans = [json.loads(p["sources"][0]["endOffset"])["plan"] for p in queries["backlog"][0].recentProgress
+             if p["numInputRows"]]
+    assert {p["bounded_by"] for p in plans[:-1]} == {"bytes"}
