@@ -114,8 +114,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     options = {
         "subscribe": settings.topic,
         "startingOffsets": "earliest",
-        "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
-        "backlog.maxOffsetsPerTrigger": str(settings.backlog_max_offsets_per_trigger),
+        **settings.source_options,
         **{key: value.get_secret_value() for key, value in settings.kafka_options.items()},
     }
     df = reader.options(**options).load().withColumn("processed_at", F.current_timestamp())

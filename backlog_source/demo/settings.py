@@ -12,7 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from backlog_source.core.durations import duration_seconds
+from backlog_source.core.byte_sizes import size_bytes
+from backlog_source.core.durations import duration_ms, duration_seconds
 
 
 class DemoSettings(BaseSettings):
@@ -44,11 +45,21 @@ class DemoSettings(BaseSettings):
     )
     high_throughput_interval: str = Field("0 seconds", description="trigger interval while processing backlog")
     low_latency_interval: str = Field("1 second", description="trigger interval once caught up")
-    backlog_max_offsets_per_trigger: int = Field(
-        500_000, ge=1, description="records per micro-batch while processing backlog (source option backlog.maxOffsetsPerTrigger)"
+    backlog_max_bytes_per_trigger: str | None = Field(
+        None, description="bytes per micro-batch while processing backlog (source option backlog.maxBytesPerTrigger; "
+        "unset: the source's default, 128m)",
     )
-    max_offsets_per_trigger: int = Field(
-        50_000, ge=1, description="records per micro-batch once caught up (source option maxOffsetsPerTrigger)"
+    target_batch_duration: str | None = Field(
+        "10 seconds", description="how long a catch-up batch should take (source option backlog.targetBatchDuration): "
+        "batches start at 16 MiB and grow to it, bounded by the byte budget ('' or 'off': none)",
+    )
+    backlog_max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="records per micro-batch while processing backlog (source option "
+        "backlog.maxOffsetsPerTrigger; unset: bounded by bytes and time only)",
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="records per micro-batch in both modes (source option maxOffsetsPerTrigger; unset: a "
+        "caught-up batch reads what is there)",
     )
     output: Path = Field(Path("demo-output"), description="directory for Parquet, checkpoint, spans and timeline.png")
     drain_timeout_seconds: float = Field(1_800.0, gt=0, description="give up if the backlog is not drained by then")
@@ -63,6 +74,32 @@ class DemoSettings(BaseSettings):
     def _interval(cls, value: str, info) -> str:
         duration_seconds(info.field_name, value)
         return value
+
+    @field_validator("target_batch_duration")
+    @classmethod
+    def _target(cls, value: str | None, info) -> str | None:
+        if value is None or value.strip().lower() in ("", "off"):
+            return None
+        duration_ms(info.field_name, value)  # the source's own rule, checked before anything starts
+        return value
+
+    @field_validator("backlog_max_bytes_per_trigger")
+    @classmethod
+    def _bytes(cls, value: str | None, info) -> str | None:
+        if value is not None:
+            size_bytes(info.field_name, value)
+        return value
+
+    @property
+    def source_options(self) -> dict[str, str]:
+        """The batch-size options the demo hands the source: only those set."""
+        chosen = {
+            "backlog.maxBytesPerTrigger": self.backlog_max_bytes_per_trigger,
+            "backlog.targetBatchDuration": self.target_batch_duration,
+            "backlog.maxOffsetsPerTrigger": self.backlog_max_offsets_per_trigger,
+            "maxOffsetsPerTrigger": self.max_offsets_per_trigger,
+        }
+        return {key: str(value) for key, value in chosen.items() if value is not None}
 
     @property
     def embedded(self) -> bool:

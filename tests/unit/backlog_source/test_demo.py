@@ -69,6 +69,24 @@ def test_bad_values_name_the_option(no_backlog_env, argv, field):
         parse(argv)
 
 
+def test_catch_up_batches_are_sized_by_bytes_and_time_unless_told_otherwise(no_backlog_env):
+    assert parse([]).source_options == {"backlog.targetBatchDuration": "10 seconds"}  # the byte budget: the source's
+    assert parse(["--target-batch-duration", "off", "--backlog-max-bytes-per-trigger", "64m"]).source_options == {
+        "backlog.maxBytesPerTrigger": "64m"}
+    assert parse(["--backlog-max-offsets-per-trigger", "2500", "--max-offsets-per-trigger", "1000"]).source_options == {
+        "backlog.targetBatchDuration": "10 seconds", "backlog.maxOffsetsPerTrigger": "2500",
+        "maxOffsetsPerTrigger": "1000"}
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--target-batch-duration", "a while"], "target_batch_duration"),
+    (["--backlog-max-bytes-per-trigger", "lots"], "backlog_max_bytes_per_trigger"),
+])
+def test_bad_batch_sizes_name_the_option(no_backlog_env, argv, field):
+    with pytest.raises(ValidationError, match=field):
+        parse(argv)
+
+
 def test_help_documents_every_option():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
