@@ -2,9 +2,9 @@
 measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with.
 
 Which process: the driver's planner worker, once per catch-up batch that has a byte or time
-budget. One consumer for the run, created on first use, never pickled. It reads the first
-fetch at each sampled bucket's position (at most :data:`SAMPLE_FETCH_BYTES` per partition,
-the broker returns at least one record batch) and counts the bytes Spark's rows will hold
+budget. One consumer for the run, created on first use, never pickled. It reads from each
+sampled bucket's position (fetches of :data:`SAMPLE_FETCH_BYTES`, up to its share of
+:data:`SAMPLE_BYTES` or :data:`SAMPLE_RECORDS` records) and counts the bytes Spark's rows will hold
 per record: key, value, header keys and values. Bytes are divided by the offsets the
 sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
 offsets, and pooled over each topic's sampled partitions (:func:`pooled_by_topic`).
@@ -30,11 +30,17 @@ log = logging.getLogger(__name__)
 #: At most this many buckets are sampled per batch, the ones with the most lag first; each
 #: bucket is planned with its topic's figure (a wide topic in backlog costs one bounded fetch).
 MAX_SAMPLED = 32
-#: Per-partition fetch size of a sample: enough records of small sizes, several of large ones.
-#: 64 KiB held one or two 16-64 KB records of a 10 % tail, and catch-up batches of mixed sizes
-#: overshot a 128 MiB budget by 16 % (143-154 MiB); 256 KiB: 133-141 MiB. At most
-#: MAX_SAMPLED partitions are sampled, so a batch's sample is at most 8 MiB.
+#: Per-partition fetch size of a sample, and the least a sampled partition gives. 64 KiB held
+#: one or two 16-64 KB records of a 10 % tail, and catch-up batches of mixed sizes overshot a
+#: 128 MiB budget by 16 % (143-154 MiB); 256 KiB: 133-141 MiB.
 SAMPLE_FETCH_BYTES = 256 << 10
+#: What all of a batch's samples read together, at most: each sampled partition is read until
+#: it has given its share of this (never less than one fetch, :data:`SAMPLE_FETCH_BYTES`),
+#: :data:`SAMPLE_RECORDS` records, or its end. A mean dominated by a 10 % tail of large
+#: records needs thousands of records to be within a few per cent.
+SAMPLE_BYTES = 8 << 20
+#: Records per partition that are enough whatever their size (small records: cheap to count).
+SAMPLE_RECORDS = 2_000
 #: The longest a sample waits for its fetches.
 SAMPLE_WAIT_S = 2.0
 
@@ -111,26 +117,31 @@ class KafkaRecordSizes:
         return pooled_by_topic(measured, lagging)
 
     def _sample(self, positions: Mapping[Bucket, int]) -> dict[Bucket, tuple[int, int]]:
+        """Per bucket, the bytes of the records read from its position and the offsets they
+        span: until it has given ``max(SAMPLE_FETCH_BYTES, SAMPLE_BYTES / buckets)`` bytes,
+        :data:`SAMPLE_RECORDS` records or reached its end, within :data:`SAMPLE_WAIT_S`."""
         consumer = self._client()
         consumer.assign([TopicPartition(b.topic, b.partition, o) for b, o in positions.items()])
+        enough_bytes = max(SAMPLE_FETCH_BYTES, SAMPLE_BYTES // len(positions))
         sizes: dict[Bucket, int] = {}
+        counts: dict[Bucket, int] = {}
         last: dict[Bucket, int] = {}
         done: set[Bucket] = set()
         deadline = self._clock() + SAMPLE_WAIT_S
         try:
             while len(done) < len(positions) and self._clock() < deadline:
-                arrived: set[Bucket] = set()
                 for message in consumer.consume(1_000, 0.05):
                     bucket = Bucket(message.topic(), message.partition())
                     if bucket not in positions or bucket in done:
                         continue
-                    arrived.add(bucket)
                     if message.error() is not None:
-                        continue  # end of partition, out of range: what arrived is the sample
+                        done.add(bucket)  # end of partition, out of range: what arrived is the sample
+                        continue
                     sizes[bucket] = sizes.get(bucket, 0) + record_bytes(message)
+                    counts[bucket] = counts.get(bucket, 0) + 1
                     last[bucket] = message.offset()
-                # What one call delivered of a partition (a fetch's record batches) is its sample.
-                done |= arrived
+                    if sizes[bucket] >= enough_bytes or counts[bucket] >= SAMPLE_RECORDS:
+                        done.add(bucket)
         finally:
             consumer.unassign()
         return {b: (size, last[b] - positions[b] + 1) for b, size in sizes.items()}

@@ -8,7 +8,10 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.enumerator.record_sizes import (
     MAX_SAMPLED,
+    SAMPLE_BYTES,
     SAMPLE_FETCH_BYTES,
+    SAMPLE_RECORDS,
+    SAMPLE_WAIT_S,
     KafkaRecordSizes,
     pooled_by_topic,
     record_bytes,
@@ -21,7 +24,9 @@ T0, T1 = Bucket("t", 0), Bucket("t", 1)
 
 
 def sizes(consumer):
-    return KafkaRecordSizes(KAFKA, consumer_factory=consumer, clock=FakeClock())
+    """A sampler whose clock the consumer advances when it has nothing to deliver."""
+    consumer.clock = consumer.clock or FakeClock()
+    return KafkaRecordSizes(KAFKA, consumer_factory=consumer, clock=consumer.clock)
 
 
 def test_a_record_counts_its_key_value_and_headers():
@@ -35,6 +40,32 @@ def test_bytes_per_offset_divide_the_sampled_bytes_by_the_offsets_they_span_gaps
     assert measured == {T0: 75.0}  # 300 bytes over offsets 10..13; T1 has nothing to read
     assert consumer.assigned == [[("t", 0, 10)], []]
     assert consumer.config["max.partition.fetch.bytes"] == SAMPLE_FETCH_BYTES and consumer.config["enable.auto.commit"] is False
+
+
+def test_a_partition_is_read_across_fetches_until_it_has_given_its_share_or_ends():
+    big = b"v" * (SAMPLE_BYTES // 2)  # two partitions sampled: each gives half of SAMPLE_BYTES
+    consumer = FakeConsumer([
+        [Msg(0, key=None, value=b"v" * 100, partition=0), Msg(0, key=None, value=b"v" * 10, partition=1)],
+        [Msg(1, key=None, value=big, partition=0), Msg(1, key=None, value=b"v" * 30, partition=1)],
+        [Msg(2, key=None, value=big, partition=0), eof(2, partition=1)],  # partition 0 was done already
+    ])
+    measured = sizes(consumer).bytes_per_offset({T0: 0, T1: 0}, {T0: 100, T1: 2})
+    pooled = (100 + len(big) + 10 + 30) / 4
+    assert measured == {T0: pooled, T1: pooled}
+    assert len(consumer.asked) == 3 and consumer.assigned[-1] == []
+
+
+def test_a_partition_stops_at_sample_records_whatever_their_size():
+    messages = [Msg(o, key=None, value=b"v" * 10) for o in range(SAMPLE_RECORDS + 5)]
+    consumer = FakeConsumer([messages[:1_000], messages[1_000:]])
+    assert sizes(consumer).bytes_per_offset({T0: 0}, {T0: 10_000}) == {T0: 10.0}
+    assert len(consumer.asked) == 2  # done after SAMPLE_RECORDS: no third call
+
+
+def test_a_partition_that_never_ends_its_sample_is_cut_by_the_deadline():
+    consumer = FakeConsumer([[Msg(0, key=None, value=b"v" * 10)]])  # then nothing, while the clock runs
+    assert sizes(consumer).bytes_per_offset({T0: 0}, {T0: 10_000}) == {T0: 10.0}
+    assert sum(consumer.waits[1:]) >= SAMPLE_WAIT_S
 
 
 def test_every_bucket_of_a_topic_gets_the_bytes_of_all_its_samples_over_their_offsets():
