@@ -172,6 +172,7 @@ class KafkaOffsetsClient:
         self._admin_factory = admin_factory
         self._admin: AdminClient | None = None
         self._failure: _LastFailure | None = None
+        self._unknown_topics: set[str] = set()  # strikes of _raise_if_deleted, per call
 
     @classmethod
     def from_settings(cls, settings: SourceSettings) -> "KafkaOffsetsClient":
@@ -214,6 +215,7 @@ class KafkaOffsetsClient:
         here). Every failed request drops the admin client, so the next one starts from
         fresh metadata, as Spark's ``withRetries`` resets its admin."""
         policy = self._policy
+        self._unknown_topics = set()
         deadline = self._clock() + policy.timeout_ms / 1000
         attempts = policy.num_retries + 1
         for attempt in range(1, attempts + 1):
@@ -397,7 +399,13 @@ class KafkaOffsetsClient:
         topics that no longer exist. A topic deleted after the planner listed it fails
         ListOffsets with "No leaders found" (its partitions have no leader any more), which
         retrying until ``kafka.default.api.timeout.ms`` cannot fix; it killed the query as
-        "Kafka unavailable". If the check itself fails, the request's own failure stands."""
+        "Kafka unavailable". If the check itself fails, the request's own failure stands.
+
+        Unknown twice in a row within one call, not once: a topic created moments ago (the
+        control topic on a query's first start, a topic created just before the query) is
+        unknown to brokers its metadata has not reached yet, and its partitions have no
+        leader there either; read as deleted, it failed a query's start on three brokers. The
+        first time, the request is asked again after its backoff."""
         try:
             futures = self._client().describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout_s)
             deleted = []
@@ -409,8 +417,10 @@ class KafkaOffsetsClient:
                         deleted.append(name)
         except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
             return
-        if deleted:
-            raise TopicsDeletedError(deleted)
+        confirmed = [name for name in deleted if name in self._unknown_topics]
+        self._unknown_topics = set(deleted)
+        if confirmed:
+            raise TopicsDeletedError(confirmed)
 
     def topic_identity(self, topic: str) -> TopicIdentity | None:
         return self.describe_topics([topic]).get(topic)

@@ -38,11 +38,20 @@ def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead
     partition leaders: No leaders found", _NOENT); retrying until the deadline failed the
     query as "Kafka unavailable". The client asks whether the topics still exist."""
     no_leaders = failed(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
-    offsets_client, admin, clock = client([no_leaders, describe({"b": 1})])
+    offsets_client, admin, clock = client([no_leaders, describe({"b": 1}), no_leaders, describe({"b": 1})])
     with pytest.raises(TopicsDeletedError) as raised:
         offsets_client.latest_offsets([A0, Bucket("b", 0)])
-    assert raised.value.topics == ("a",) and clock.slept == []
-    assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics"]
+    assert raised.value.topics == ("a",) and len(clock.slept) == 1  # unknown twice, one backoff apart
+    assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics"] * 2
+
+
+def test_a_topic_unknown_once_is_one_created_moments_ago_and_is_asked_again():
+    """On three brokers the control topic, created on the query's first start, was unknown to
+    the broker asked next (its metadata had not reached it), and read as deleted."""
+    no_leaders = failed(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
+    offsets_client, admin, _ = client([no_leaders, describe({}), offsets({A0: 5})])
+    assert offsets_client.latest_offsets([A0]) == {A0: 5}
+    assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics", "list_offsets"]
 
 
 def test_no_leaders_for_a_topic_that_still_exists_is_retried_as_before():
