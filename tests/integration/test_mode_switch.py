@@ -274,12 +274,15 @@ def test_a_slow_sink_does_not_make_an_in_place_switch_slow(spark, broker, topic_
     aborted or replayed."""
     make_topic(broker, topic_name, 1, per_partition=5_000)
     written, held = [], []
-    in_sink, switched = threading.Event(), threading.Event()
+    in_sink, switched, started = threading.Event(), threading.Event(), threading.Event()
     handle = None
 
     def slow(batch_df, batch_id):
         written.append(batch_id)
-        if batch_id == 0 or handle is None or handle.query.lastProgress is None:
+        # On a loaded machine batches run before start_backlog_aware returns: a batch that
+        # skipped the check while `handle` was unset would leave the gate waiting forever.
+        wait_for(started.is_set, 120, "start_backlog_aware to return")
+        if batch_id == 0 or handle.query.lastProgress is None:
             return
         if end_offset(handle.query.lastProgress)["processing_backlog"] is False and not handle.transitions:
             held.append(batch_id)  # the batch after the one that left backlog, before the switch
@@ -295,11 +298,13 @@ def test_a_slow_sink_does_not_make_an_in_place_switch_slow(spark, broker, topic_
     try:
         with LiveTraffic(broker, topic_name, 1, start=5_000, per_burst=20):  # the next batch always has records
             handle = start_backlog_aware(writer, "0 seconds", "1 second")
+            started.set()
             wait_for(switched.is_set, 180, "the switch, applied while a batch was in the sink")
         (transition,) = handle.transitions
         assert transition.method == "in-place" and len(held) == 1
         wait_caught_up(handle, broker, topic_name)
     finally:
+        started.set()
         in_sink.set()
         spark.streams.removeListener(gate)
         if handle is not None:
