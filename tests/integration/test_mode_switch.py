@@ -244,10 +244,12 @@ def test_the_restart_method_keeps_the_same_guarantees(spark, broker, topic_name,
 
 
 class HoldBoundaryProgress(StreamingQueryListener):
-    """Registered before the handle's listener, so Spark's listener bus hands it each
-    progress event first: it holds back the event of the batch that leaves backlog until
-    the next batch is inside the sink. The switch is then decided and applied while that
-    batch is running, every time, not when a race happens to go that way."""
+    """Holds back the progress event of the batch that leaves backlog until the next batch
+    is inside the sink. When it is registered before the session's listener (the first
+    backlog-aware query of the session registers that one, and it stays), Spark's listener
+    bus hands it each event first, and the switch is decided and applied while that batch is
+    running, every time. When the session's listener came first, the switch races the next
+    batch to its sink; the sink holds that batch until the switch either way."""
 
     def __init__(self, next_batch_in_sink: threading.Event) -> None:
         self.next_batch_in_sink = next_batch_in_sink
@@ -284,8 +286,11 @@ def test_a_slow_sink_does_not_make_an_in_place_switch_slow(spark, broker, topic_
         wait_for(started.is_set, 120, "start_backlog_aware to return")
         if batch_id == 0 or handle.query.lastProgress is None:
             return
-        if end_offset(handle.query.lastProgress)["processing_backlog"] is False and not handle.transitions:
-            held.append(batch_id)  # the batch after the one that left backlog, before the switch
+        if end_offset(handle.query.lastProgress)["processing_backlog"] is False and not held:
+            # The batch after the one that left backlog. Held whether or not the switch came
+            # first: the session's listener, once registered by an earlier query, hears each
+            # event before the gate, and the switch may then beat this batch to its sink.
+            held.append(batch_id)
             in_sink.set()
             # Raises (and fails the query) if the switch waits for this batch to end.
             wait_for(lambda: handle.transitions, 120, f"the switch, while batch {batch_id} is in the sink")
