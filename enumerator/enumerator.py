@@ -43,7 +43,7 @@ from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedEr
 from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
 from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
-from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
+from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes, reported_sizes
 from backlog_source.enumerator.state import (
     BacklogState,
     BatchPlan,
@@ -55,6 +55,7 @@ from backlog_source.enumerator.state import (
 )
 from backlog_source.enumerator.subscription import Subscription
 from backlog_source.events.control_topic import ControlTopic
+from backlog_source.events.sizes_report import TopicSizes, split_size_reports
 from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
 
 log = logging.getLogger(__name__)
@@ -62,11 +63,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Settled:
-    """Step 1's result: the backlog state after the last committed batch."""
+    """Step 1's result: the backlog state after the last committed batch, and the record
+    sizes its readers reported (per topic; empty unless it was a budgeted catch-up batch)."""
 
     state: BacklogState
     finishes: dict[Bucket, Finish]
     events_position: int
+    sizes_read: dict[str, TopicSizes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ class Enumerator:
             view = self._refresh(start)
         with step_timings.step("driver.plan"):
             state = self._enter_backlog(start, settled.state, view, restart)
-            plan = self._plan(start, view, state, budget)
+            plan = self._plan(start, view, state, budget, settled.sizes_read)
             return self._offset(start, settled, view, plan)
 
     def prepare_for_available_now(self) -> None:
@@ -217,24 +220,28 @@ class Enumerator:
     # ---------------------------------------------------------------- step 1: settle
 
     def _settle(self, start: SourceOffset) -> Settled:
-        """The backlog state once the batch that ended at ``start`` has committed. The
-        control topic is read only when that batch carried a bucket to its boundary (the
-        only time an event can matter), once per ``start``."""
+        """The backlog state once the batch that ended at ``start`` has committed, and what its
+        readers reported. The control topic is read only when that batch carried a bucket to
+        its boundary (the only time an event can matter) or was planned with measured record
+        sizes (its readers report what they read), once per ``start``."""
         if self._settled is not None and self._settled[0] == start:
             return self._settled[1]
         state = BacklogState(dict(start.backlog), dict(start.finishing), start.event_counts)
         messages, events_position = [], start.events_position
         unread = start.snapshot.pending if start.snapshot else {}
         committed = {b: o for b, o in start.positions.items() if b not in unread}
-        if self._control is not None and (start.finishing or any(committed.get(b, -1) >= o for b, o in start.backlog.items())):
+        reported = start.plan is not None and start.plan.bytes is not None
+        if self._control is not None and (reported or start.finishing
+                                          or any(committed.get(b, -1) >= o for b, o in start.backlog.items())):
             read = self._control.read_from(start.events_position)
             messages, events_position = read.values, read.next_position
+        messages, sizes_read = split_size_reports(messages, start.source_id)
         state, finishes = state.settle(messages, start.source_id, committed)
         for bucket, finish in finishes.items():
             how = "its BacklogFinishEvent" if finish.by is FinishedBy.EVENT else (
                 "its committed position (the event was lost or late)")
             log.info("%s finished its backlog (boundary %d), by %s", bucket, start.boundaries[bucket], how)
-        settled = Settled(state, finishes, events_position)
+        settled = Settled(state, finishes, events_position, sizes_read)
         self._settled = (start, settled)
         return settled
 
@@ -384,23 +391,26 @@ class Enumerator:
 
     # ---------------------------------------------------------------- step 4: plan
 
-    def _plan(self, start: SourceOffset, view: View, state: BacklogState, budget: ReadBudget) -> Plan:
+    def _plan(self, start: SourceOffset, view: View, state: BacklogState, budget: ReadBudget,
+              sizes_read: Mapping[str, TopicSizes]) -> Plan:
         target = view.latest
         if self._available_now_target is not None:
             # Never past what existed when the run started (verified to still exist).
             target = {b: min(view.latest[b], self._available_now_target.get(b, view.read_from[b])) for b in view.read_from}
             target = {b: max(target[b], view.read_from[b]) for b in view.read_from}
-        end, batch = self._apply_budget(start, view.read_from, target, budget.for_state(state.processing_backlog))
+        end, batch = self._apply_budget(start, view.read_from, target, budget.for_state(state.processing_backlog),
+                                        sizes_read)
         # A batch reads every snapshot still pending at its start (see partitions()), so a
         # snapshot-only bucket reaches its boundary (its log offset) in the first batch.
         return Plan(end, state.plan(end), batch)
 
     def _apply_budget(self, start: SourceOffset, read_from: Mapping[Bucket, int], target: Mapping[Bucket, int],
-                      budget: ReadBudget) -> tuple[dict[Bucket, int], BatchPlan]:
+                      budget: ReadBudget, sizes_read: Mapping[str, TopicSizes]) -> tuple[dict[Bucket, int], BatchPlan]:
         """The end positions within every bound that applies, and which one bounded them.
         Records (Spark's allocation), then, while processing backlog, bytes and time: the
-        record sizes are measured where the batch starts, the throughput is what the query
-        achieved on its previous batches (:mod:`.catch_up`)."""
+        record sizes are what the previous batch's readers reported (``sizes_read``), or a
+        sample where the batch starts for topics without enough of a report; the throughput
+        is what the query achieved on its previous batches (:mod:`.catch_up`)."""
         learned = self._learned_rate(start)
         available = {b: max(read_from[b], target.get(b, read_from[b])) for b in read_from}
         if budget.min_records is not None and self._available_now_target is None and self._delay_batch(
@@ -419,8 +429,11 @@ class Enumerator:
             # Even records of Kafka's largest size would fit the byte budget: nothing to
             # measure (a measurement costs a fetch per partition, 0.1-0.3 s).
             return end, BatchPlan(bounded_by, None, budget.backlog_max_bytes, learned)
+        sizes = reported_sizes(sizes_read, lags)
+        unreported = {b: n for b, n in lags.items() if b not in sizes}
         with step_timings.step("driver.record_sizes"):
-            sizes = self._sizes.bytes_per_offset(read_from, lags) if any(lags.values()) else {}
+            if any(unreported.values()):
+                sizes.update(self._sizes.bytes_per_offset(read_from, unreported))
         typical = statistics.median(sizes.values()) if sizes else UNMEASURED_BYTES_PER_OFFSET
         previous = start.plan.bytes if start.plan is not None else None
         bound, why = catch_up_bytes(budget.backlog_max_bytes, budget.backlog_target_ms, learned, previous)

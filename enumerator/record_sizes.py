@@ -1,5 +1,7 @@
 """How many bytes an offset of each bucket holds where a catch-up batch starts: the
-measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with.
+measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with. After a catch-up
+batch, what its readers reported (:func:`reported_sizes`); otherwise (the first catch-up
+batch, a topic read by tasks over several topics, a lost report) a sample, as follows.
 
 Which process: the driver's planner worker, once per catch-up batch that has a byte or time
 budget. One consumer for the run, created on first use, never pickled. It reads from each
@@ -24,6 +26,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_source.events.sizes_report import TopicSizes
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,17 @@ def pooled_by_topic(measured: Mapping[Bucket, tuple[int, int]], buckets: list[Bu
     everything = sum(t[0] for t in by_topic.values()) / sum(t[1] for t in by_topic.values())
     per_topic = {topic: size / offsets for topic, (size, offsets) in by_topic.items()}
     return {b: per_topic.get(b.topic, everything) for b in buckets}
+
+
+def reported_sizes(reported: Mapping[str, TopicSizes], lags: Mapping[Bucket, int]) -> dict[Bucket, float]:
+    """Bytes per offset of the lagging buckets of ``lags`` whose topic the last batch's readers
+    reported (``events/sizes_report.py``) over at least :data:`SAMPLE_RECORDS` offsets or
+    :data:`SAMPLE_BYTES` bytes: each bucket its topic's figure. A report covers everything the
+    batch read, so where there is one the sample (a few MiB) is not taken; a smaller report
+    (a batch of a few records) is no better than the sample."""
+    enough = {topic: s.bytes / s.offsets for topic, s in reported.items()
+              if s.offsets > 0 and (s.offsets >= SAMPLE_RECORDS or s.bytes >= SAMPLE_BYTES)}
+    return {b: enough[b.topic] for b, n in lags.items() if n > 0 and b.topic in enough}
 
 
 class KafkaRecordSizes:

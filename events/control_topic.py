@@ -2,14 +2,16 @@
 id; its writers and its reader, in one place.
 
 * :func:`publish` runs on executors: a short-lived producer, flushed before it returns;
-  :func:`publish_once` is what readers call (at most once per worker and boundary).
+  :func:`publish_once` is what readers call for a BacklogFinishEvent (at most once per
+  worker and boundary); a task of a catch-up batch publishes a RecordSizesReport
+  (``events/sizes_report.py``) with :func:`publish` itself.
 * :class:`ControlTopicReader` runs in the driver's planner worker: it reads what is new
   since a position, up to the log end it saw when asked, and never waits for more.
 * :class:`ControlTopic` is the control topic as the enumerator sees it (the driver's planner
   worker): created once, explicitly; checked before every read; re-established when someone
   deleted or re-created it. BacklogFinishEvents only say *how* a bucket left backlog (the
-  driver's plan and the committed positions decide *when*), so a lost control topic loses
-  attribution, never correctness: the source re-creates it (one partition) and goes on, with
+  driver's plan and the committed positions decide *when*) and RecordSizesReports only refine
+  an estimate, so a lost control topic loses attribution and precision, never correctness: the source re-creates it (one partition) and goes on, with
   a warning naming ``backlog.eventsTopic``. Publishers never create it
   (``allow.auto.create.topics=false``), so it never comes back with the broker's default
   partition count behind the driver's back.
@@ -59,15 +61,34 @@ def publish_once(
         dedup.forget(*key)
 
 
-def publish(config: ReaderConfig, event: BacklogFinishEvent) -> bool:
-    """Publish ``event`` and wait for the broker's acknowledgement.
+class ControlEvent(Protocol):
+    """What readers publish: a BacklogFinishEvent or a RecordSizesReport."""
+
+    source_id: str
+
+    def encode(self) -> bytes: ...
+
+    def describe(self) -> str: ...
+
+
+#: The longest a RecordSizesReport's publish waits (a BacklogFinishEvent waits up to 30 s): a
+#: report is published by every task of a catch-up batch and only refines an estimate, so a
+#: control topic that is gone (until the driver re-creates it) costs a task little.
+REPORT_TIMEOUT_MS = 5_000
+
+
+def publish(config: ReaderConfig, event: ControlEvent) -> bool:
+    """Publish ``event`` and wait for the broker's acknowledgement (a finish event up to
+    30 s or ``kafkaConsumer.pollTimeoutMs`` if lower, a size report up to
+    :data:`REPORT_TIMEOUT_MS`).
 
     Returns False (and logs why) instead of raising: a lost event never fails a read, since
-    the enumerator also finishes a bucket once its committed position passed the boundary.
+    the enumerator also finishes a bucket once its committed position passed the boundary,
+    and plans by a sample where a size report is missing.
     """
     if config.events_topic is None:
         return False
-    timeout_ms = min(config.poll_timeout_ms, 30_000)
+    timeout_ms = min(config.poll_timeout_ms, 30_000 if isinstance(event, BacklogFinishEvent) else REPORT_TIMEOUT_MS)
     delivered: list[object] = []
     try:
         producer = Producer(config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms}))
@@ -80,17 +101,13 @@ def publish(config: ReaderConfig, event: BacklogFinishEvent) -> bool:
         )
         producer.flush(timeout_ms / 1000 + 5)
     except Exception as exc:  # BufferError, KafkaException: never fail the read for this
-        log.warning("could not publish %s: %s", _describe(event), config.kafka.redact(str(exc)))
+        log.warning("could not publish %s: %s", event.describe(), config.kafka.redact(str(exc)))
         return False
     if not delivered or delivered[0] is not None:
         reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
-        log.warning("could not publish %s: %s", _describe(event), reason)
+        log.warning("could not publish %s: %s", event.describe(), reason)
         return False
     return True
-
-
-def _describe(event: BacklogFinishEvent) -> str:
-    return f"BacklogFinishEvent for {event.bucket} (boundary {event.boundary_offset})"
 
 
 @dataclass(frozen=True)
@@ -105,8 +122,9 @@ class ControlMessages:
 class ControlTopicReader:
     """Reads the control topic from a given position to its current end.
 
-    Which process: the driver's planner worker, once per backlog phase end (a batch that
-    carried a bucket to its boundary), so a consumer per read costs little. It is never
+    Which process: the driver's planner worker, after a batch that carried a bucket to its
+    boundary or read under a catch-up budget (at most once per batch), so a consumer per
+    read costs little (a few ms on loopback). It is never
     kept between reads: a librdkafka consumer (2.16.1) assigned to a topic that is then
     deleted crashes its whole process with SIGSEGV against the embedded broker, paused or
     not, and the planner worker is the query. Picklable (holds no client).

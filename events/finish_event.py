@@ -43,6 +43,9 @@ class BacklogFinishEvent:
     def bucket(self) -> Bucket:
         return Bucket(self.topic, self.partition)
 
+    def describe(self) -> str:
+        return f"BacklogFinishEvent for {self.bucket} (boundary {self.boundary_offset})"
+
     def encode(self) -> bytes:
         return json.dumps({"type": EVENT_TYPE, **EVENT_CODEC.stamp(asdict(self))}, separators=(",", ":")).encode()
 

@@ -69,6 +69,26 @@ def to_record_batch(messages: Sequence[Message], topic: str | None, partition: i
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers])
 
 
+def data_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of the keys, values, header keys and header values in ``batch``: what the byte
+    budget counts (``enumerator/record_sizes.py``, ``record_bytes``). Read from the columns'
+    offset buffers, so it costs the same for one record or a million."""
+    total = _binary_bytes(batch.column(0)) + _binary_bytes(batch.column(1))
+    if batch.num_columns > len(_SCHEMAS[False]):
+        entries = batch.column(len(_SCHEMAS[False])).flatten()
+        total += _binary_bytes(entries.field("key")) + _binary_bytes(entries.field("value"))
+    return total
+
+
+def _binary_bytes(array: pa.Array) -> int:
+    """The data bytes of a binary or string array: its last offset less its first (int32
+    offsets, the array's own slice of them)."""
+    if len(array) == 0:
+        return 0
+    offsets = np.frombuffer(array.buffers()[1], np.int32, count=len(array) + 1, offset=array.offset * 4)
+    return int(offsets[-1] - offsets[0])
+
+
 def _offsets(messages: Sequence[Message], one_bucket: bool) -> pa.Array:
     """The offset column. One bucket's records arrive in increasing offset order, so when
     the last is ``count - 1`` past the first there is no gap and the column is that range."""

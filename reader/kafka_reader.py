@@ -32,9 +32,10 @@ from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.settings import ReaderConfig
-from backlog_source.events.control_topic import publish, publish_once
+from backlog_source.events.control_topic import ControlEvent, publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
-from backlog_source.reader.arrow import to_record_batch
+from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
+from backlog_source.reader.arrow import data_bytes, to_record_batch
 from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool, settings_key
 from backlog_source.reader.read_span import ReadSpan
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
@@ -115,7 +116,7 @@ def read_split(
     *,
     pool: ConsumerPool = WORKER_POOL,
     clock: Callable[[], float] = time.monotonic,
-    publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
+    publish_event: Callable[[ReaderConfig, ControlEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of every range of ``split`` as record batches, each record once,
     in offset order per bucket.
@@ -125,6 +126,9 @@ def read_split(
     source, bucket and boundary) before the batch that reached the boundary is handed over,
     so the event is on the control topic before the task ends. A publish that fails is
     logged, not raised: the driver finishes the bucket by its committed position anyway.
+    A split with ``report_sizes`` over one topic publishes a RecordSizesReport (the bytes
+    read and the offsets they spanned) once its last range is read, before its last batch is
+    handed over; a split over several topics reports nothing (the driver samples instead).
     With tracing on in this process, such a range also exports a ``backlog.read`` span
     (child of the range's ``traceparent``), flushed before its last batch is handed over.
 
@@ -144,6 +148,7 @@ def read_split(
     tracking = config.events_topic is not None
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
+    sizes = _SizesRead(split) if tracking and split.report_sizes and len({r.topic for r in ranges}) == 1 else None
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
@@ -165,6 +170,8 @@ def read_split(
                         # Export before handing over the range's last batch: once Spark
                         # has it, the task may end and the worker may be reused or killed.
                         spans.pop(r.bucket).finish(position)
+                if sizes is not None:
+                    sizes.add(batch, positions, config, publish_event)
                 if batch is not None:
                     yield batch
     except GeneratorExit:  # the consumer of this generator stopped early: not a failure
@@ -197,6 +204,28 @@ def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position
         traceparent=span.ids.traceparent if span is not None else r.traceparent,
     )
     publish_once(config, event, publish_event)
+
+
+class _SizesRead:
+    """What a one-topic split of a catch-up batch read, published as a RecordSizesReport
+    once every range has reached its end."""
+
+    def __init__(self, split: KafkaSplit) -> None:
+        self.split = split
+        self.bytes = 0
+        self.published = False
+
+    def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], config: ReaderConfig,
+            publish_event) -> None:
+        if batch is not None:
+            self.bytes += data_bytes(batch)
+        ranges = self.split.ranges
+        if self.published or any(positions[r.bucket] < r.end for r in ranges if r.end > r.start):
+            return
+        self.published = True
+        offsets = sum(positions[r.bucket] - r.start for r in ranges if r.end > r.start)
+        report = RecordSizesReport(self.split.source_id, {ranges[0].topic: TopicSizes(self.bytes, offsets)})
+        publish_event(config, report)
 
 
 @dataclass

@@ -69,7 +69,11 @@ def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit 
     if reads.bytes_per_offset:
         task_records = max(1, min(task_records, int(TASK_BYTES / reads.bytes_per_offset)))
     tasks = pack_tasks(ranges, task_records=task_records, min_tasks=settings.min_partitions or 1)
-    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id) for task in tasks]
+    # A batch planned with measured sizes is a catch-up batch under a budget: its readers
+    # report what they read, so the next batch is planned from all of it, not a sample.
+    report_sizes = reads.bytes_per_offset is not None
+    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, report_sizes)
+                                                for task in tasks]
     return splits + [
         SnapshotSplit(
             topic=s.bucket.topic, partition=s.bucket.partition, root=s.root, files=s.files, log_offset=s.log_offset,

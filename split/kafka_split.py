@@ -60,10 +60,13 @@ class KafkaRange:
 class KafkaSplit(InputPartition):
     """One task's reads: ranges of distinct buckets, read together by one consumer, so a
     batch of small ranges over many partitions costs a few tasks instead of one each.
-    ``source_id`` names the source instance (stable across restarts of one checkpoint)."""
+    ``source_id`` names the source instance (stable across restarts of one checkpoint).
+    ``report_sizes``: the batch is a catch-up batch planned under a byte or time budget, and
+    the task publishes what it read (``events/sizes_report.py``) for the next one's plan."""
 
     ranges: tuple[KafkaRange, ...]
     source_id: str = ""
+    report_sizes: bool = False
 
     def __post_init__(self) -> None:
         buckets = [r.bucket for r in self.ranges]

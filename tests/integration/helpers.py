@@ -119,7 +119,20 @@ def caught_up(query, broker, topic) -> bool:
 
 
 def published_events(broker, control_topic: str, source_id: str) -> list[BacklogFinishEvent]:
-    """Every event on the control topic for ``source_id``."""
+    """Every BacklogFinishEvent on the control topic for ``source_id``."""
+    found = []
+    for value in control_messages(broker, control_topic):
+        try:
+            event = BacklogFinishEvent.decode(value)
+        except MalformedEvent:
+            continue
+        if event.source_id == source_id:
+            found.append(event)
+    return found
+
+
+def control_messages(broker, control_topic: str) -> list[bytes | None]:
+    """Every message value on the control topic, to its end."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})
     consumer.assign([TopicPartition(control_topic, 0, 0)])
     found, done = [], False
@@ -128,11 +141,6 @@ def published_events(broker, control_topic: str, source_id: str) -> list[Backlog
             if message is None or (message.error() and message.error().code() == -191):
                 done = True
             elif message.error() is None:
-                try:
-                    event = BacklogFinishEvent.decode(message.value())
-                except MalformedEvent:
-                    continue
-                if event.source_id == source_id:
-                    found.append(event)
+                found.append(message.value())
     consumer.close()
     return found

@@ -15,8 +15,9 @@ import random
 import pytest
 
 from backlog_source.demo.embedded_broker import produce
+from backlog_source.events.sizes_report import split_size_reports
 from tests.integration.differential import start
-from tests.integration.helpers import make_topic
+from tests.integration.helpers import control_messages, make_topic
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +112,28 @@ def test_a_time_target_reads_the_same_rows_bounded_by_the_byte_budget(spark, bro
     plans = [json.loads(p["sources"][0]["endOffset"])["plan"] for p in queries["backlog"][0].recentProgress
              if p["numInputRows"]]
     assert {p["bounded_by"] for p in plans[:-1]} == {"bytes"}
+
+
+def test_catch_up_tasks_report_exactly_the_bytes_they_read_for_the_next_plan(spark, broker, topic_name, tmp_path):
+    """Each task of a catch-up batch publishes what it read on the control topic, and the
+    enumerator plans the next batch from it: the reports add up to the bytes and records the
+    sink received in those batches, to the byte."""
+    make_topic(broker, topic_name, 2)
+    produce(broker.bootstrap_servers, topic_name, small_records(2, 3_000))
+    control = f"{topic_name}-events"
+    budget = 250_000  # about 2,300 records of 108 B: enough for a report to replace the sample
+    query, ours = start(spark, "backlog", broker.bootstrap_servers, {"subscribe": topic_name, "startingOffsets": "earliest"},
+                        tmp_path / "backlog", trigger={"availableNow": True},
+                        backlog_only={"backlog.maxBytesPerTrigger": budget, "backlog.eventsTopic": control})
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert len(ours.rows()) == 6_000
+    ends = {p["batchId"]: json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress if p["numInputRows"]}
+    reporting = [batch for batch, end in ends.items() if end["plan"].get("bytes")]
+    assert len(reporting) >= 2, ends
+    _, reported = split_size_reports(control_messages(broker, control), next(iter(ends.values()))["source_id"])
+    assert set(reported) == {topic_name}
+    assert reported[topic_name].bytes == sum(batch_bytes(ours.batches[b]) for b in reporting)
+    assert reported[topic_name].offsets == sum(len(ours.batches[b]) for b in reporting)
+    sizes = [batch_bytes(b) for b in ours.batches if b]
+    assert max(sizes) <= budget + 2 * 108, sizes

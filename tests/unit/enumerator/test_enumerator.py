@@ -11,6 +11,7 @@ from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import TopicsDeletedError
 from backlog_source.enumerator.state import BoundedBy
+from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
 from backlog_source.split.planning import ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
 
@@ -503,3 +504,42 @@ def test_the_phase_counts_its_catch_up_batches_their_planned_bytes_and_what_boun
     assert phase.attributes[names.CATCH_UP_PLANNED_BYTES] == sum(p.bytes or 0 for p in plans)
     assert "bytes" in phase.attributes[names.CATCH_UP_BOUNDED_BY]
     assert phase.attributes[names.CATCH_UP_BUDGET_BYTES] == 2 * MIB
+
+
+def catching_up_with_reports(sizes):
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0", "backlog.maxBytesPerTrigger": "4m"})
+    control = FakeControlTopic()
+    client = FakeOffsetsClient(topics={"a": [(0, 1_000_000), (0, 1_000_000)]})
+    enumerator = Enumerator(settings, client, control, clock=FakeClock(), record_sizes=sizes)
+    return enumerator, control, ReadBudget.from_settings(settings)
+
+
+def test_after_a_catch_up_batch_the_next_is_planned_from_what_its_readers_reported_not_a_sample():
+    sizes = FakeRecordSizes(default=100.0)
+    enumerator, control, budget = catching_up_with_reports(sizes)
+    first = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    assert len(sizes.asked) == 1 and first.plan.bytes is not None  # the first catch-up batch: a sample
+    # Its readers read 5,000 bytes per offset (the sample of 100 B was unlucky), a report per task.
+    read = sum(first.positions.values())
+    control.values += [RecordSizesReport(first.source_id, {"a": TopicSizes(5_000 * read // 2, read // 2)}).encode()] * 2
+    control.values.append(RecordSizesReport("another-query", {"a": TopicSizes(1, 100_000)}).encode())
+    second = enumerator.latest_offset(first, budget)
+    assert len(sizes.asked) == 1  # no sample: the report covers every lagging bucket's topic
+    read_second = sum(second.positions.values()) - read
+    assert 4 * MIB // 5_000 - 2 <= read_second <= 4 * MIB // 5_000 + 2
+    assert second.events_position == len(control.values)  # the reports are read once
+
+
+@pytest.mark.parametrize("report", [
+    lambda source_id: RecordSizesReport(source_id, {"a": TopicSizes(100 * 10, 10)}).encode(),  # too few records
+    lambda source_id: RecordSizesReport(source_id, {"b": TopicSizes(100 * 5_000, 5_000)}).encode(),  # another topic
+    lambda source_id: b'{"type":"RecordSizesReport","v":1,"source_id":"x","topics":{"a":["1"]}}',  # unreadable
+])
+def test_without_a_report_that_covers_the_topic_the_next_batch_samples_again(report):
+    sizes = FakeRecordSizes(default=100.0)
+    enumerator, control, budget = catching_up_with_reports(sizes)
+    first = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    control.values.append(report(first.source_id))
+    enumerator.latest_offset(first, budget)
+    assert len(sizes.asked) == 2

@@ -15,7 +15,9 @@ from backlog_source.enumerator.record_sizes import (
     KafkaRecordSizes,
     pooled_by_topic,
     record_bytes,
+    reported_sizes,
 )
+from backlog_source.events.sizes_report import TopicSizes
 from tests.fakes import FakeClock, FakeConsumer, Msg, eof
 
 SECRET = "s3cret"
@@ -115,3 +117,10 @@ def test_a_failed_measurement_returns_nothing_with_a_warning_and_never_a_secret(
     with caplog.at_level(logging.WARNING):
         assert sizes(consumer).bytes_per_offset({T0: 0}, {T0: 5}) == {}
     assert "could not measure record sizes" in caplog.text and SECRET not in caplog.text and consumer.closed
+
+
+def test_a_report_is_planned_with_when_it_covers_enough_records_or_bytes_and_only_for_lagging_buckets():
+    reported = {"big": TopicSizes(SAMPLE_BYTES, 100), "many": TopicSizes(SAMPLE_RECORDS * 50, SAMPLE_RECORDS),
+                "few": TopicSizes(500, 5), "none": TopicSizes(0, 0)}
+    lags = {Bucket(t, p): n for t in ("big", "many", "few", "none", "other") for p, n in ((0, 10), (1, 0))}
+    assert reported_sizes(reported, lags) == {Bucket("big", 0): SAMPLE_BYTES / 100, Bucket("many", 0): 50.0}

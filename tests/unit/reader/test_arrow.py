@@ -6,7 +6,8 @@ import pytest
 
 from backlog_source.core.errors import MalformedRecordError
 from backlog_source.core.schema import arrow_schema
-from backlog_source.reader.arrow import to_record_batch
+from backlog_source.enumerator.record_sizes import record_bytes
+from backlog_source.reader.arrow import data_bytes, to_record_batch
 from tests.fakes import Msg
 
 UTC = dt.timezone.utc
@@ -75,3 +76,12 @@ def test_offsets_of_several_buckets_are_read_per_record_even_when_they_look_cont
     # 0, 1 of one partition then 2 of another: the range 0..2 would be right by accident only.
     messages = [Msg(5, partition=0), Msg(6, partition=1), Msg(9, partition=0)]
     assert to_record_batch(messages, None, None, False).column("offset").to_pylist() == [5, 6, 9]
+
+
+def test_data_bytes_counts_keys_values_and_headers_as_the_byte_budget_does():
+    messages = [Msg(0, b"v" * 7, key=None), Msg(1, None, key=b"kk", headers=[("h1", b"abc"), ("h2", None)]),
+                Msg(2, b"x" * 1000, headers=[])]
+    batch = to_record_batch(messages, "t", 0, include_headers=True)
+    assert data_bytes(batch) == sum(map(record_bytes, messages)) == 7 + 2 + (2 + 3 + 2) + 1000 + 1
+    assert data_bytes(batch.slice(1, 1)) == record_bytes(messages[1])
+    assert data_bytes(to_record_batch(messages, "t", 0, include_headers=False)) == 7 + 2 + 1000 + 1

@@ -1,6 +1,7 @@
 """The split reader against a scripted fake consumer: ends by position, never by empty polls;
 several ranges per task; Spark's values for headers and timestamps; one BacklogFinishEvent
-when the position passes a range's boundary, and the read span."""
+when the position passes a range's boundary, and the read span; a catch-up split's report of
+the bytes it read."""
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -10,6 +11,7 @@ from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing import exporter
 from backlog_source.events import dedup
+from backlog_source.events.sizes_report import TopicSizes
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
@@ -369,3 +371,41 @@ def test_small_records_are_still_read_ten_thousand_per_call():
     consumer = FakeConsumer(script)
     assert len(offsets_read(read(split(("t", 0, 0, 12_000)), consumer))) == 12_000
     assert consumer.asked == [256, 10_000, 1_744]
+
+
+# ----------------------------------------------------------------------- the RecordSizesReport
+
+
+def test_a_catch_up_split_reports_what_it_read_before_its_last_batch_is_handed_over():
+    """Keys, values and header keys and values, and the offsets spanned, gaps included (offset
+    3 is a transaction marker): the next batch is planned from them."""
+    published = []
+    config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "includeHeaders": "true"}).reader_config
+    ranges = (KafkaRange("t", 0, 0, 3), KafkaRange("t", 1, 0, 5))
+    script = [[Msg(0, b"v" * 10, partition=0), Msg(1, b"v" * 20, key=None, partition=0)],
+              [Msg(2, b"", headers=[("h", b"xyz")], partition=0), Msg(0, b"w" * 100, partition=1)],
+              [Msg(4, b"w" * 50, partition=1), eof(5, partition=1)]]
+    batches = read_split(KafkaSplit(ranges, "src-r", report_sizes=True), config,
+                         pool=ConsumerPool(FakeConsumer(script), capacity=0),
+                         publish_event=lambda settings, event: published.append(event) or True)
+    next(batches), next(batches)
+    assert published == []
+    next(batches)  # the last batch: the report is already out
+    [report] = published
+    key_bytes = 1 * 4  # b"k" on every record but one
+    assert report.source_id == "src-r"
+    assert dict(report.topics) == {"t": TopicSizes(10 + 20 + (1 + 3) + 100 + 50 + key_bytes, 3 + 5)}
+    assert list(batches) == []
+
+
+@pytest.mark.parametrize("report_sizes, topics", [(False, ("t", "t")), (True, ("t", "u"))])
+def test_no_report_outside_catch_up_batches_or_from_a_split_over_several_topics(report_sizes, topics):
+    """A split over several topics would need its bytes split by topic: the driver samples
+    those topics instead."""
+    published = []
+    ranges = (KafkaRange(topics[0], 0, 0, 1), KafkaRange(topics[1], 1, 0, 1))
+    script = [[Msg(0, partition=0, topic=topics[0]), Msg(0, partition=1, topic=topics[1])]]
+    list(read_split(KafkaSplit(ranges, "src-s", report_sizes=report_sizes), SETTINGS,
+                    pool=ConsumerPool(FakeConsumer(script), capacity=0),
+                    publish_event=lambda settings, event: published.append(event) or True))
+    assert published == []
