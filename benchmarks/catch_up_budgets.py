@@ -25,7 +25,8 @@ Configurations, each with the same options in both workloads (a user does not kn
   ``maxTriggerDelay`` 5 s under a ``1 second`` trigger (the strongest static setup);
 * ``backlog-default``: ``format("backlog")`` with no option (its default
   ``backlog.maxBytesPerTrigger``, 128 MiB);
-* ``backlog-time``: ``format("backlog")`` with ``backlog.targetBatchDuration`` 10 s.
+* ``backlog-time``: ``format("backlog")`` with ``backlog.targetBatchDuration`` 10 s;
+* only when named in ``--configs``: ``backlog-512m`` and ``backlog-4g``, larger byte budgets.
 
 Figures per run: drain (``start()`` -> the batch reaching the backlog's end committed), and
 for ``format("backlog")`` the drain less the start-up floor of any Python streaming source
@@ -81,7 +82,7 @@ from benchmarks.harness.trivial_source import register_trivial_source
 PARTITIONS = 8
 HISTORY = 1_000
 MIB = 1 << 20
-CONFIGS: dict[str, dict] = {
+MAIN_CONFIGS: dict[str, dict] = {
     "kafka-no-cap": {"source": "kafka", "options": {}},
     "kafka-cap-small": {"source": "kafka", "options": {"maxOffsetsPerTrigger": "1200000"}},
     "kafka-cap-mixed": {"source": "kafka", "options": {"maxOffsetsPerTrigger": "36000"}},
@@ -91,6 +92,13 @@ CONFIGS: dict[str, dict] = {
     "backlog-default": {"source": "backlog", "options": {}},
     "backlog-time": {"source": "backlog", "options": {"backlog.targetBatchDuration": "10s"}},
 }
+#: Run only when named in ``--configs``: the byte budget's trade-off between a batch's size
+#: and the drain (``backlog-4g`` reads the backlogs of this benchmark in one batch).
+SWEEP: dict[str, dict] = {
+    "backlog-512m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "512m"}},
+    "backlog-4g": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "4g"}},
+}
+CONFIGS = {**MAIN_CONFIGS, **SWEEP}
 
 
 def values(workload: str, count: int, seed: int) -> list[int]:
@@ -429,7 +437,7 @@ def main() -> None:
     parser.add_argument("--mixed-records", type=int, default=100_000)
     parser.add_argument("--workloads", default="small,mixed")
     parser.add_argument("--sink", choices=("arrow", "parquet"), default="arrow")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(MAIN_CONFIGS))
     parser.add_argument("--timeout", type=float, default=900, help="seconds a drain may take before it counts as failed")
     parser.add_argument("--live-seconds", type=float, default=20,
                         help="seconds of live traffic after the drain, for its latency (0: none)")
