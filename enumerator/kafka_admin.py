@@ -172,7 +172,6 @@ class KafkaOffsetsClient:
         self._admin_factory = admin_factory
         self._admin: AdminClient | None = None
         self._failure: _LastFailure | None = None
-        self._unknown_topics: set[str] = set()  # strikes of _raise_if_deleted, per call
 
     @classmethod
     def from_settings(cls, settings: SourceSettings) -> "KafkaOffsetsClient":
@@ -215,7 +214,6 @@ class KafkaOffsetsClient:
         here). Every failed request drops the admin client, so the next one starts from
         fresh metadata, as Spark's ``withRetries`` resets its admin."""
         policy = self._policy
-        self._unknown_topics = set()
         deadline = self._clock() + policy.timeout_ms / 1000
         attempts = policy.num_retries + 1
         for attempt in range(1, attempts + 1):
@@ -376,6 +374,8 @@ class KafkaOffsetsClient:
             else KafkaIsolation.READ_UNCOMMITTED
         )
 
+        unknown_before: set[str] = set()  # the topics unknown at this call's last check
+
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
                 admin = self._client()  # keep referenced until the futures resolve
@@ -388,13 +388,13 @@ class KafkaOffsetsClient:
                            for tp, future in futures.items()}
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
-                    self._raise_if_deleted({b.topic for b in specs}, timeout_s)
+                    self._raise_if_deleted({b.topic for b in specs}, timeout_s, unknown_before)
                 raise
             return dict(check_offsets(answers, lowest))
 
         return self._call(what, request)
 
-    def _raise_if_deleted(self, topics: set[str], timeout_s: float) -> None:
+    def _raise_if_deleted(self, topics: set[str], timeout_s: float, unknown_before: set[str]) -> None:
         """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
         topics that no longer exist. A topic deleted after the planner listed it fails
         ListOffsets with "No leaders found" (its partitions have no leader any more), which
@@ -405,7 +405,8 @@ class KafkaOffsetsClient:
         control topic on a query's first start, a topic created just before the query) is
         unknown to brokers its metadata has not reached yet, and its partitions have no
         leader there either; read as deleted, it failed a query's start on three brokers. The
-        first time, the request is asked again after its backoff."""
+        first time, the request is asked again after its backoff. ``unknown_before``: the
+        topics unknown at the previous check of the same request's retries; updated here."""
         try:
             futures = self._client().describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout_s)
             deleted = []
@@ -417,8 +418,9 @@ class KafkaOffsetsClient:
                         deleted.append(name)
         except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
             return
-        confirmed = [name for name in deleted if name in self._unknown_topics]
-        self._unknown_topics = set(deleted)
+        confirmed = [name for name in deleted if name in unknown_before]
+        unknown_before.clear()
+        unknown_before.update(deleted)
         if confirmed:
             raise TopicsDeletedError(confirmed)
 
