@@ -32,8 +32,8 @@ Figures per run: drain (``start()`` -> the batch reaching the backlog's end comm
 for ``format("backlog")`` the drain less the start-up floor of any Python streaming source
 (``start()`` -> first trigger of a one-row Python source, measured once per round in the same
 session); the largest batch (records, bytes of keys and values, seconds), batches, peak JVM
-heap and peak resident memory of the Python processes, files written (Parquet), and a failure
-(e.g. the driver out of memory) as an outcome. Then ``--live-seconds`` of live traffic and its
+heap and peak resident memory of the Python processes (all together, and the largest one),
+files written (Parquet), and a failure (e.g. the driver out of memory) as an outcome. Then ``--live-seconds`` of live traffic and its
 end-to-end latency (p50, p99). With ``--recovery`` (the default) the same restart runs again
 in a job of its own (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL
 once half the backlog has committed (or, with batches that large, a warm drain's time after
@@ -217,7 +217,7 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
     if failure is not None:
         print(f"{workload} {name}: failed: {failure}", flush=True)
         return {"failed": failure, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib,
-                "batch_timeline": batch_timeline(progress, called)}
+                "largest_worker_mib": memory.largest_worker_mib, "batch_timeline": batch_timeline(progress, called)}
     drained_at = commit_time_reaching(progress, topic, ends)
     batches = []
     for p in progress:
@@ -235,6 +235,7 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
         **drain_batches(progress, drained_at),
         "heap_peak_mib": memory.heap_peak_mib,
         "python_rss_peak_mib": memory.python_peak_mib,
+        "largest_worker_mib": memory.largest_worker_mib,
         "files": files if args.sink == "parquet" else None,
         **live,
         "batches": batches,
@@ -375,14 +376,14 @@ def startup_floor(bench) -> float:
 
 
 FIGURES = ("drain_s", "drain_less_floor_s", "largest_batch_bytes_mib", "largest_batch_records", "largest_batch_s",
-           "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "files", "latency_p50_s", "latency_p99_s",
+           "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "largest_worker_mib", "files", "latency_p50_s", "latency_p99_s",
            "recovery_s", "kill_to_caught_up_s", "committed_before_kill")
 #: Markdown columns: figure -> (header, format).
 COLUMNS = {"drain_s": ("drain s", ".1f"), "drain_less_floor_s": ("drain less floor s", ".1f"),
            "largest_batch_bytes_mib": ("largest batch MiB", ".0f"), "largest_batch_records": ("largest batch records", ".0f"),
            "largest_batch_s": ("longest batch s", ".1f"), "batches_to_drain": ("batches", ".0f"),
            "heap_peak_mib": ("JVM heap peak MiB", ".0f"), "python_rss_peak_mib": ("Python RSS peak MiB", ".0f"),
-           "files": ("files", ".0f"), "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
+           "largest_worker_mib": ("largest Python process MiB", ".0f"), "files": ("files", ".0f"), "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
            "recovery_s": ("kill -9: start() -> caught up s", ".1f"),
            "kill_to_caught_up_s": ("kill -9 -> caught up s", ".1f"),
            "committed_before_kill": ("committed at kill", ".2f")}
