@@ -56,7 +56,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -71,7 +70,8 @@ from backlog_source.demo.embedded_broker import delete_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.catch_up_job import to_arrow
 from benchmarks.harness.costs import MemorySampler
-from benchmarks.harness.progress import commit_time_reaching, drain_batches, offset_of, timestamp_s
+from benchmarks.harness.job_process import JobProcess
+from benchmarks.harness.progress import commit_time_reaching, committed_at, drain_batches, offset_of
 from benchmarks.harness.record_latency import record_latencies
 from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
 from benchmarks.harness.runs import first_trigger_and_total_s, rotated, wait_until
@@ -221,7 +221,7 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
     drained_at = commit_time_reaching(progress, topic, ends)
     batches = []
     for p in progress:
-        if committed_s(p) > drained_at:
+        if committed_at(p) > drained_at:
             continue  # a batch of the live traffic
         start, end = positions_of(p, topic, "startOffset"), positions_of(p, topic, "endOffset")
         batches.append({"records": p["numInputRows"], "bytes": backlog.bytes_between(start, end),
@@ -261,22 +261,20 @@ def live_latency(query, log, bootstrap: str, topic: str, args) -> dict:
 
 
 class CatchUpJob:
-    """:mod:`benchmarks.harness.catch_up_job` in a process group of its own (its own JVM and
-    Python workers): ``kill()`` is a SIGKILL to all of it, as when a job's machine dies."""
+    """:mod:`benchmarks.harness.catch_up_job` as a :class:`JobProcess` (killed with its JVM
+    and Python workers), told what to run by ``spec.json`` in ``work`` and stopped by a
+    ``stop`` file there; it writes ``started.json`` and ``progress.jsonl``."""
 
     def __init__(self, spec: dict, work: Path) -> None:
         self.work = work
         (work / "spec.json").write_text(json.dumps(spec))
-        self.process: subprocess.Popen | None = None
+        self.job = JobProcess("benchmarks.harness.catch_up_job", [str(work / "spec.json")], work / "job.log")
 
     def start(self, timeout_s: float) -> float:
         """Start the job; returns the wall-clock time its ``start()`` was called."""
         (self.work / "started.json").unlink(missing_ok=True)
-        log = open(self.work / "job.log", "a")
-        self.process = subprocess.Popen([sys.executable, "-m", "benchmarks.harness.catch_up_job",
-                                         str(self.work / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, cwd=Path(__file__).resolve().parents[1])
-        wait_until(lambda: self._check() and (self.work / "started.json").exists(), timeout_s, "the job to start")
+        self.job.start()
+        wait_until(lambda: self.job.running() and (self.work / "started.json").exists(), timeout_s, "the job to start")
         return json.loads((self.work / "started.json").read_text())["start_called"]
 
     def progress(self) -> list[dict]:
@@ -285,22 +283,21 @@ class CatchUpJob:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
+    def running(self) -> bool:
+        return self.job.running()
+
     def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
+        self.job.kill()
 
     def stop(self, timeout_s: float = 120) -> None:
+        """Ask the job to stop its query and exit; killed if it has not within ``timeout_s``."""
+        if self.job.process is None or self.job.process.poll() is not None:
+            return
         (self.work / "stop").write_text("")
         try:
-            self.process.wait(timeout_s)
+            self.job.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
-
-    def _check(self) -> bool:
-        if self.process.poll() is not None:
-            tail = (self.work / "job.log").read_text()[-3000:]
-            raise RuntimeError(f"the job ended with {self.process.returncode}: {tail}")
-        return True
 
 
 def recover(bench, workload: str, name: str, args, round_index: int, drain_s: float) -> dict:
@@ -329,21 +326,20 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
                 return max((sum(positions_of(p, topic, "endOffset").values()) for p in job.progress()
                             if p["numInputRows"]), default=HISTORY)
 
-            wait_until(lambda: job._check() and (committed() >= half or time.time() >= called + drain_s),
+            wait_until(lambda: job.running() and (committed() >= half or time.time() >= called + drain_s),
                        args.timeout, "halfway")
             job.kill()
             killed_at = time.time()
             committed_at_kill = committed()
             restarted = job.start(timeout_s=300)
-            wait_until(lambda: job._check() and commit_time_reaching(job.progress(), topic, ends) is not None,
+            wait_until(lambda: job.running() and commit_time_reaching(job.progress(), topic, ends) is not None,
                        args.timeout, f"{name}: the restarted job did not drain the backlog")
             caught_up = commit_time_reaching(job.progress(), topic, ends)
         except (TimeoutError, RuntimeError) as exc:
             print(f"{workload} {name}: recovery failed: {exc}", flush=True)
             return {"recovery_failed": str(exc)[-4000:]}
         finally:
-            if job.process is not None and job.process.poll() is None:
-                job.stop()
+            job.stop()
         delete_topic(bench.bootstrap, topic)
     total = sum(ends.values()) - HISTORY
     result = {"recovery_s": caught_up - restarted, "kill_to_caught_up_s": caught_up - killed_at,
@@ -361,11 +357,6 @@ def parquet_files(folder: str) -> int:
 def history_ends() -> dict[int, int]:
     """Per partition, where the backlog starts: the end of the job's earlier life."""
     return {p: sum(1 for i in range(HISTORY) if i % PARTITIONS == p) for p in range(PARTITIONS)}
-
-
-def committed_s(progress: dict) -> float:
-    """When the batch of a progress event committed (wall-clock s)."""
-    return timestamp_s(progress["timestamp"]) + progress["durationMs"]["triggerExecution"] / 1000
 
 
 def startup_floor(bench) -> float:

@@ -35,7 +35,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from backlog_source.demo.apache_kafka import kafka
 from benchmarks.harness.broker_and_spark import compile_project_bytecode
 from benchmarks.harness.costs import descendants
+from benchmarks.harness.job_process import JobProcess
 from benchmarks.harness.progress import offset_of
 from benchmarks.harness.record_latency import timed_latencies, windows
 from benchmarks.harness.results import machine, results_folder, write_results
@@ -98,27 +98,21 @@ def produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: f
 
 # ------------------------------------------------------------------ the job (own process group)
 
-class Job:
-    """``benchmarks/harness/soak_job.py`` in its own process group; ``kill()`` is a SIGKILL to all of it."""
+class Job(JobProcess):
+    """``benchmarks/harness/soak_job.py`` as a :class:`JobProcess` (``kill()`` is a SIGKILL to
+    its whole process group); ``runs`` counts its starts, every run's output goes to
+    ``job.log``."""
 
     def __init__(self, bootstrap: str, topic: str, work: Path) -> None:
-        self.args = [sys.executable, "-m", "benchmarks.harness.soak_job", bootstrap, topic, str(work)]
-        self.work = work
+        super().__init__("benchmarks.harness.soak_job", [bootstrap, topic, str(work)], work / "job.log")
         self.runs = 0
-        self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         self.runs += 1
-        log = open(self.work / f"job-{self.runs}.log", "w")
-        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        cwd=Path(__file__).resolve().parents[1])
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
+        super().start()
 
     def log_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.work.glob("job-*.log"))
+        return self.log.stat().st_size if self.log.exists() else 0
 
 
 def _process(pid: int) -> dict | None:
@@ -213,7 +207,7 @@ def run(args) -> dict:
         victim = 0
         while (elapsed := time.time() - started) < seconds:
             if job.process.poll() is not None:
-                raise RuntimeError(f"the job exited on its own ({job.process.returncode}); see {work}/job-*.log")
+                raise RuntimeError(f"the job exited on its own ({job.process.returncode}); see {work}/job.log")
             if elapsed >= next_sample:
                 samples.append(sample(job, started))
                 next_sample += args.sample_every
@@ -243,7 +237,7 @@ def run(args) -> dict:
         deadline = time.time() + 600
         while not caught_up(work, topic, ends):
             if time.time() > deadline or job.process.poll() is not None:
-                raise RuntimeError(f"the job did not catch up with {ends}; see {work}/job-*.log")
+                raise RuntimeError(f"the job did not catch up with {ends}; see {work}/job.log")
             time.sleep(1)
         (work / "stop").touch()
         job.process.wait(300)

@@ -66,6 +66,12 @@ def offset_of(value: Any) -> dict:
     return json.loads(value) if isinstance(value, str) else (value or {})
 
 
+def committed_at(progress: dict) -> float:
+    """When the batch of a progress event committed (wall-clock s): its trigger's start
+    plus the trigger's duration."""
+    return timestamp_s(progress["timestamp"]) + progress["durationMs"]["triggerExecution"] / 1000
+
+
 def batch_ends(progress: list[dict]) -> list[dict]:
     """Per batch with data: its end positions and when it committed."""
     batches = []
@@ -76,7 +82,7 @@ def batch_ends(progress: list[dict]) -> list[dict]:
         positions = end.get("positions", end)
         batches.append({
             "batch_id": p["batchId"],
-            "committed": timestamp_s(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000,
+            "committed": committed_at(p),
             "positions": {(topic, int(part)): o for topic, parts in positions.items() for part, o in parts.items()},
         })
     return sorted(batches, key=lambda b: b["batch_id"])
