@@ -39,8 +39,9 @@ from backlog_source.core.text_enum import TextEnum
 LATEST = -1
 EARLIEST = -2
 #: ``backlog.maxBytesPerTrigger`` when not set: a catch-up batch the default driver (1 GiB
-#: heap) can still hand to a ``foreachBatch`` that collects it, and large enough that its
-#: fixed cost (a few hundred ms per batch) is a few percent of its read time.
+#: heap) can still hand to a ``foreachBatch`` that collects it. Its fixed cost (about 0.5 s
+#: on 2 cores) is a third to a half of such a batch's time, so a sink that streams drains
+#: faster with a larger budget (benchmarks/README.md part 11); safety comes first here.
 DEFAULT_BACKLOG_MAX_BYTES = 128 << 20
 
 
