@@ -9,7 +9,8 @@ as long as the run; anything that must survive a restart is in the offset dict
 :meth:`Enumerator.latest_offset` is a chain of named steps, each returning new values:
 
 1. :meth:`_settle`: the last committed batch's finishing buckets leave backlog (by their
-   event, or by position), and their spans end.
+   event, or by position), and their spans end; a catch-up batch's size reports are
+   collected for the next plan.
 2. :meth:`_refresh`: the subscription now, deleted, re-created (a changed topic id), vanished
    and new buckets, the latest offsets (one ListOffsets request) and offsets that moved
    backwards, under ``failOnDataLoss``.
@@ -131,7 +132,7 @@ class Enumerator:
         self._settled: tuple[SourceOffset, Settled] | None = None
         self._spans = PhaseSpans()
         self._quiet: tuple[SourceOffset, float] | None = None  # (start, until) after a plan found nothing
-        self._sizes = record_sizes if record_sizes is not None else KafkaRecordSizes(settings.kafka)
+        self._sizes = record_sizes if record_sizes is not None else KafkaRecordSizes(settings.kafka, include_headers=settings.include_headers)
         # The last batch planned with a measured size: (its end, when it was planned, its
         # bytes); the next plan from that end learns the batch's throughput from it.
         self._last_planned: tuple[SourceOffset, float, int] | None = None

@@ -3,11 +3,11 @@ measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with. After a
 batch, what its readers reported (:func:`reported_sizes`); otherwise (the first catch-up
 batch, a topic read by tasks over several topics, a lost report) a sample, as follows.
 
-Which process: the driver's planner worker, once per catch-up batch that has a byte or time
-budget. One consumer for the run, created on first use, never pickled. It reads from each
+Which process: the driver's planner worker, for a catch-up batch that has a byte or time
+budget and topics no size report covers. One consumer for the run, created on first use, never pickled. It reads from each
 sampled bucket's position (fetches of :data:`SAMPLE_FETCH_BYTES`, up to its share of
 :data:`SAMPLE_BYTES` or :data:`SAMPLE_RECORDS` records) and counts the bytes Spark's rows will hold
-per record: key, value, header keys and values. Bytes are divided by the offsets the
+per record: key, value, and (with ``includeHeaders``) header keys and values. Bytes are divided by the offsets the
 sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
 offsets, and pooled over each topic's sampled partitions (:func:`pooled_by_topic`).
 
@@ -48,10 +48,11 @@ SAMPLE_RECORDS = 2_000
 SAMPLE_WAIT_S = 2.0
 
 
-def record_bytes(message: Message) -> int:
-    """What one record holds in Spark's row: key, value, header keys and values."""
+def record_bytes(message: Message, include_headers: bool = True) -> int:
+    """What one record holds in Spark's row: key, value, and with ``includeHeaders`` header
+    keys and values (``reader/arrow.py``, ``data_bytes``, counts a batch the same way)."""
     size = len(message.key() or b"") + len(message.value() or b"")
-    for key, value in message.headers() or ():
+    for key, value in (message.headers() or ()) if include_headers else ():
         size += len(key) + len(value or b"")
     return size
 
@@ -103,10 +104,12 @@ def reported_sizes(reported: Mapping[str, TopicSizes], lags: Mapping[Bucket, int
 class KafkaRecordSizes:
     """:class:`RecordSizes` with a confluent-kafka consumer (see the module docstring)."""
 
-    def __init__(self, kafka: KafkaClientConfig, *, consumer_factory: Callable[[dict], Consumer] = Consumer,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``consumer_factory`` and ``clock`` are replaced by unit tests only."""
+    def __init__(self, kafka: KafkaClientConfig, *, include_headers: bool = False,
+                 consumer_factory: Callable[[dict], Consumer] = Consumer, clock: Callable[[], float] = time.monotonic) -> None:
+        """``include_headers``: the option ``includeHeaders`` (headers count only when the rows
+        hold them). ``consumer_factory`` and ``clock`` are replaced by unit tests only."""
         self._kafka = kafka
+        self._include_headers = include_headers
         self._factory = consumer_factory
         self._clock = clock
         self._consumer: Consumer | None = None
@@ -151,7 +154,7 @@ class KafkaRecordSizes:
                     if message.error() is not None:
                         done.add(bucket)  # end of partition, out of range: what arrived is the sample
                         continue
-                    sizes[bucket] = sizes.get(bucket, 0) + record_bytes(message)
+                    sizes[bucket] = sizes.get(bucket, 0) + record_bytes(message, self._include_headers)
                     counts[bucket] = counts.get(bucket, 0) + 1
                     last[bucket] = message.offset()
                     if sizes[bucket] >= enough_bytes or counts[bucket] >= SAMPLE_RECORDS:

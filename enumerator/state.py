@@ -153,8 +153,9 @@ class BatchPlan:
     restart mid-backlog restores what was learnt).
 
     ``bounded_by``: what bounded it. ``bytes``: the bytes of keys, values and headers it was
-    planned to read, from the record sizes measured where it starts (None when not measured:
-    no byte or time budget, or not processing backlog). ``budget_bytes``: the byte bound it
+    planned to read, from the record sizes the previous catch-up batch's readers reported or
+    a sample where it starts (None when not measured: no byte or time budget, or not
+    processing backlog). ``budget_bytes``: the byte bound it
     was planned under, if any. ``bytes_per_s``: the catch-up throughput learnt so far
     (bytes per second of whole batches, sink included), which ``backlog.targetBatchDuration``
     sizes batches from."""

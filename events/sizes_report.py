@@ -9,8 +9,13 @@ measure of everything the last batch read, where a sample at the batch's start r
 MiB (``enumerator/record_sizes.py``, still used when no report is there).
 
 A report is a measurement, not a fact the state depends on: a lost, late or duplicated one
-changes an estimate (a retried task's report counts twice, its ratio unchanged), never which
-records a batch reads.
+changes an estimate (a retried task's report counts twice, weighting the topic's figure
+toward its ranges), never which records a batch reads. Reports need the control topic
+(``backlog.enabled``, the default); without it every catch-up batch is planned from a
+sample. A task publishes with a producer of its own, flushed before its last batch is
+handed over: a few ms on loopback, a connection (and its TLS/SASL handshake) per task on a
+remote cluster, at most :data:`~backlog_source.events.control_topic.REPORT_TIMEOUT_MS` when
+the control topic is gone.
 """
 
 from __future__ import annotations

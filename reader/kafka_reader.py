@@ -148,7 +148,8 @@ def read_split(
     tracking = config.events_topic is not None
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
-    sizes = _SizesRead(split) if tracking and split.report_sizes and len({r.topic for r in ranges}) == 1 else None
+    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes and len({r.topic for r in ranges}) == 1 \
+        else None
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
@@ -171,7 +172,7 @@ def read_split(
                         # has it, the task may end and the worker may be reused or killed.
                         spans.pop(r.bucket).finish(position)
                 if sizes is not None:
-                    sizes.add(batch, positions, config, publish_event)
+                    sizes.add(batch, positions, incidents, config, publish_event)
                 if batch is not None:
                     yield batch
     except GeneratorExit:  # the consumer of this generator stopped early: not a failure
@@ -208,24 +209,27 @@ def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position
 
 class _SizesRead:
     """What a one-topic split of a catch-up batch read, published as a RecordSizesReport
-    once every range has reached its end."""
+    once every range has reached its end. Not published after an incident (records lost to
+    retention, a partition gone): offsets skipped without their bytes would make records
+    look smaller than they are, and the next batch larger than its budget."""
 
-    def __init__(self, split: KafkaSplit) -> None:
-        self.split = split
+    def __init__(self, source_id: str, ranges: Sequence[KafkaRange]) -> None:
+        self.source_id = source_id
+        self.ranges = ranges
         self.bytes = 0
         self.published = False
 
-    def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], config: ReaderConfig,
-            publish_event) -> None:
+    def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], incidents: list[str],
+            config: ReaderConfig, publish_event) -> None:
         if batch is not None:
             self.bytes += data_bytes(batch)
-        ranges = self.split.ranges
-        if self.published or any(positions[r.bucket] < r.end for r in ranges if r.end > r.start):
+        if self.published or any(positions[r.bucket] < r.end for r in self.ranges):
             return
         self.published = True
-        offsets = sum(positions[r.bucket] - r.start for r in ranges if r.end > r.start)
-        report = RecordSizesReport(self.split.source_id, {ranges[0].topic: TopicSizes(self.bytes, offsets)})
-        publish_event(config, report)
+        if incidents:
+            return
+        offsets = sum(positions[r.bucket] - r.start for r in self.ranges)
+        publish_event(config, RecordSizesReport(self.source_id, {self.ranges[0].topic: TopicSizes(self.bytes, offsets)}))
 
 
 @dataclass

@@ -115,9 +115,10 @@ def test_a_time_target_reads_the_same_rows_bounded_by_the_byte_budget(spark, bro
 
 
 def test_catch_up_tasks_report_exactly_the_bytes_they_read_for_the_next_plan(spark, broker, topic_name, tmp_path):
-    """Each task of a catch-up batch publishes what it read on the control topic, and the
-    enumerator plans the next batch from it: the reports add up to the bytes and records the
-    sink received in those batches, to the byte."""
+    """Each task of a catch-up batch publishes what it read on the control topic: the reports
+    add up to the bytes and records the sink received in those batches, to the byte. (That
+    the next batch is planned from them, not from a sample, is unit-tested in
+    ``tests/unit/enumerator/test_enumerator.py``.)"""
     make_topic(broker, topic_name, 2)
     produce(broker.bootstrap_servers, topic_name, small_records(2, 3_000))
     control = f"{topic_name}-events"

@@ -95,7 +95,7 @@ def test_a_lost_event_finishes_the_bucket_by_its_committed_position():
     assert second.event_counts["finished_by_position"] == 2 and second.finishing == {}
 
 
-def test_the_control_topic_is_read_only_when_a_batch_reached_a_boundary():
+def test_without_a_byte_budget_the_control_topic_is_read_only_when_a_batch_reached_a_boundary():
     enumerator, client, control = make({"maxOffsetsPerTrigger": "13"})
     offset = enumerator.initial_offset()
     offset = enumerator.latest_offset(offset, ReadBudget(max_records=13))  # reaches nothing yet

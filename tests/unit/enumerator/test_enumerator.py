@@ -534,7 +534,8 @@ def test_after_a_catch_up_batch_the_next_is_planned_from_what_its_readers_report
 @pytest.mark.parametrize("report", [
     lambda source_id: RecordSizesReport(source_id, {"a": TopicSizes(100 * 10, 10)}).encode(),  # too few records
     lambda source_id: RecordSizesReport(source_id, {"b": TopicSizes(100 * 5_000, 5_000)}).encode(),  # another topic
-    lambda source_id: b'{"type":"RecordSizesReport","v":1,"source_id":"x","topics":{"a":["1"]}}',  # unreadable
+    lambda source_id: (  # this source's, unreadable
+        '{"type":"RecordSizesReport","v":1,"source_id":"%s","topics":{"a":["1"]}}' % source_id).encode(),
 ])
 def test_without_a_report_that_covers_the_topic_the_next_batch_samples_again(report):
     sizes = FakeRecordSizes(default=100.0)

@@ -377,8 +377,9 @@ def test_small_records_are_still_read_ten_thousand_per_call():
 
 
 def test_a_catch_up_split_reports_what_it_read_before_its_last_batch_is_handed_over():
-    """Keys, values and header keys and values, and the offsets spanned, gaps included (offset
-    3 is a transaction marker): the next batch is planned from them."""
+    """Keys, values and header keys and values, and the offsets spanned, gaps included (offsets
+    1-3 of partition 1 hold no record: transaction markers, compaction): the next batch is
+    planned from them."""
     published = []
     config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "includeHeaders": "true"}).reader_config
     ranges = (KafkaRange("t", 0, 0, 3), KafkaRange("t", 1, 0, 5))
@@ -409,3 +410,18 @@ def test_no_report_outside_catch_up_batches_or_from_a_split_over_several_topics(
                     pool=ConsumerPool(FakeConsumer(script), capacity=0),
                     publish_event=lambda settings, event: published.append(event) or True))
     assert published == []
+
+
+def test_a_split_that_skipped_records_lost_to_retention_reports_nothing():
+    """Offsets 5-19 were deleted before they were read (``failOnDataLoss=false``): counted as
+    spanned without their bytes, they would make records look 15 times smaller than they
+    are, and the next catch-up batch as much larger than its budget."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"}).reader_config
+    consumer = FakeConsumer(
+        [[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
+    )
+    published = []
+    batches = list(read_split(KafkaSplit((KafkaRange("t", 0, 5, 22),), "src-l", report_sizes=True), settings,
+                              pool=ConsumerPool(consumer, capacity=0),
+                              publish_event=lambda config, event: published.append(event) or True))
+    assert offsets_read(batches) == [20, 21] and published == []
