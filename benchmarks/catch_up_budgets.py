@@ -33,10 +33,11 @@ for ``format("backlog")`` the drain less the start-up floor of any Python stream
 (``start()`` -> first trigger of a one-row Python source, measured once per round in the same
 session); the largest batch (records, bytes of keys and values, seconds), batches, peak JVM
 heap and peak resident memory of the Python processes (all together, and the largest one),
-files written (Parquet), and a failure (e.g. the driver out of memory) as an outcome. Then ``--live-seconds`` of live traffic and its
-end-to-end latency (p50, p99). With ``--recovery`` (the default) the same restart runs again
-in a job of its own (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL
-once half the backlog has committed (or, with batches that large, a warm drain's time after
+files written (Parquet), and a failure (e.g. the driver out of memory) as an outcome. Then
+``--live-seconds`` of live traffic and its end-to-end latency (p50, p99). With
+``--recovery`` (the default) the same restart runs again in a job of its own
+(:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL once half the backlog has
+committed (or, with batches that large, a warm drain's time after
 ``start()``) and started again on its checkpoint: the time to caught-up, and the share of the
 backlog committed before the kill (the rest is read again).
 
@@ -367,14 +368,15 @@ def startup_floor(bench) -> float:
 
 
 FIGURES = ("drain_s", "drain_less_floor_s", "largest_batch_bytes_mib", "largest_batch_records", "largest_batch_s",
-           "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "largest_worker_mib", "files", "latency_p50_s", "latency_p99_s",
-           "recovery_s", "kill_to_caught_up_s", "committed_before_kill")
+           "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "largest_worker_mib", "files", "latency_p50_s",
+           "latency_p99_s", "recovery_s", "kill_to_caught_up_s", "committed_before_kill")
 #: Markdown columns: figure -> (header, format).
 COLUMNS = {"drain_s": ("drain s", ".1f"), "drain_less_floor_s": ("drain less floor s", ".1f"),
            "largest_batch_bytes_mib": ("largest batch MiB", ".0f"), "largest_batch_records": ("largest batch records", ".0f"),
            "largest_batch_s": ("longest batch s", ".1f"), "batches_to_drain": ("batches", ".0f"),
            "heap_peak_mib": ("JVM heap peak MiB", ".0f"), "python_rss_peak_mib": ("Python RSS peak MiB", ".0f"),
-           "largest_worker_mib": ("largest Python process MiB", ".0f"), "files": ("files", ".0f"), "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
+           "largest_worker_mib": ("largest Python process MiB", ".0f"), "files": ("files", ".0f"),
+           "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
            "recovery_s": ("kill -9: start() -> caught up s", ".1f"),
            "kill_to_caught_up_s": ("kill -9 -> caught up s", ".1f"),
            "committed_before_kill": ("committed at kill", ".2f")}

@@ -132,7 +132,8 @@ class Enumerator:
         self._settled: tuple[SourceOffset, Settled] | None = None
         self._spans = PhaseSpans()
         self._quiet: tuple[SourceOffset, float] | None = None  # (start, until) after a plan found nothing
-        self._sizes = record_sizes if record_sizes is not None else KafkaRecordSizes(settings.kafka, include_headers=settings.include_headers)
+        self._sizes = record_sizes if record_sizes is not None else KafkaRecordSizes(
+            settings.kafka, include_headers=settings.include_headers)
         # The last batch planned with a measured size: (its end, when it was planned, its
         # bytes); the next plan from that end learns the batch's throughput from it.
         self._last_planned: tuple[SourceOffset, float, int] | None = None

@@ -4,11 +4,11 @@ batch, what its readers reported (:func:`reported_sizes`); otherwise (the first 
 batch, a topic read by tasks over several topics, a lost report) a sample, as follows.
 
 Which process: the driver's planner worker, for a catch-up batch that has a byte or time
-budget and topics no size report covers. One consumer for the run, created on first use, never pickled. It reads from each
-sampled bucket's position (fetches of :data:`SAMPLE_FETCH_BYTES`, up to its share of
-:data:`SAMPLE_BYTES` or :data:`SAMPLE_RECORDS` records) and counts the bytes Spark's rows will hold
-per record: key, value, and (with ``includeHeaders``) header keys and values. Bytes are divided by the offsets the
-sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
+budget and topics no size report covers. One consumer for the run, created on first use,
+never pickled. It reads from each sampled bucket's position (fetches of
+:data:`SAMPLE_FETCH_BYTES`, up to its share of :data:`SAMPLE_BYTES` or :data:`SAMPLE_RECORDS`
+records) and counts the bytes Spark's rows will hold per record: key, value, and (with
+``includeHeaders``) header keys and values. Bytes are divided by the offsets the sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
 offsets, and pooled over each topic's sampled partitions (:func:`pooled_by_topic`).
 
 A measurement that fails is never fatal: it returns what it has (maybe nothing), and the
@@ -105,7 +105,8 @@ class KafkaRecordSizes:
     """:class:`RecordSizes` with a confluent-kafka consumer (see the module docstring)."""
 
     def __init__(self, kafka: KafkaClientConfig, *, include_headers: bool = False,
-                 consumer_factory: Callable[[dict], Consumer] = Consumer, clock: Callable[[], float] = time.monotonic) -> None:
+                 consumer_factory: Callable[[dict], Consumer] = Consumer,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``include_headers``: the option ``includeHeaders`` (headers count only when the rows
         hold them). ``consumer_factory`` and ``clock`` are replaced by unit tests only."""
         self._kafka = kafka

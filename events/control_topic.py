@@ -11,8 +11,9 @@ id; its writers and its reader, in one place.
   worker): created once, explicitly; checked before every read; re-established when someone
   deleted or re-created it. BacklogFinishEvents only say *how* a bucket left backlog (the
   driver's plan and the committed positions decide *when*) and RecordSizesReports only refine
-  an estimate, so a lost control topic loses attribution and precision, never correctness: the source re-creates it (one partition) and goes on, with
-  a warning naming ``backlog.eventsTopic``. Publishers never create it
+  an estimate, so a lost control topic loses attribution and precision, never correctness:
+  the source re-creates it (one partition) and goes on, with a warning naming
+  ``backlog.eventsTopic``. Publishers never create it
   (``allow.auto.create.topics=false``), so it never comes back with the broker's default
   partition count behind the driver's back.
 
@@ -62,25 +63,20 @@ def publish_once(
 
 
 class ControlEvent(Protocol):
-    """What readers publish: a BacklogFinishEvent or a RecordSizesReport."""
+    """What readers publish: a BacklogFinishEvent or a RecordSizesReport. Each says how long
+    its publish may wait for the broker (``publish_timeout_ms``)."""
 
     source_id: str
+    publish_timeout_ms: int
 
     def encode(self) -> bytes: ...
 
     def describe(self) -> str: ...
 
 
-#: The longest a RecordSizesReport's publish waits (a BacklogFinishEvent waits up to 30 s): a
-#: report is published by every task of a catch-up batch and only refines an estimate, so a
-#: control topic that is gone (until the driver re-creates it) costs a task little.
-REPORT_TIMEOUT_MS = 5_000
-
-
 def publish(config: ReaderConfig, event: ControlEvent) -> bool:
-    """Publish ``event`` and wait for the broker's acknowledgement (a finish event up to
-    30 s or ``kafkaConsumer.pollTimeoutMs`` if lower, a size report up to
-    :data:`REPORT_TIMEOUT_MS`).
+    """Publish ``event`` and wait for the broker's acknowledgement, up to the event's
+    ``publish_timeout_ms`` or ``kafkaConsumer.pollTimeoutMs`` if lower.
 
     Returns False (and logs why) instead of raising: a lost event never fails a read, since
     the enumerator also finishes a bucket once its committed position passed the boundary,
@@ -88,7 +84,7 @@ def publish(config: ReaderConfig, event: ControlEvent) -> bool:
     """
     if config.events_topic is None:
         return False
-    timeout_ms = min(config.poll_timeout_ms, 30_000 if isinstance(event, BacklogFinishEvent) else REPORT_TIMEOUT_MS)
+    timeout_ms = min(config.poll_timeout_ms, event.publish_timeout_ms)
     delivered: list[object] = []
     try:
         producer = Producer(config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.codec import VersionedCodec
@@ -38,6 +38,8 @@ class BacklogFinishEvent:
     reached_offset: int
     emitted_at_ms: int
     traceparent: str | None = None
+    #: The longest a publish waits for the broker: a lost event only costs attribution.
+    publish_timeout_ms: ClassVar[int] = 30_000
 
     @property
     def bucket(self) -> Bucket:

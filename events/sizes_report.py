@@ -14,8 +14,8 @@ toward its ranges), never which records a batch reads. Reports need the control 
 (``backlog.enabled``, the default); without it every catch-up batch is planned from a
 sample. A task publishes with a producer of its own, flushed before its last batch is
 handed over: a few ms on loopback, a connection (and its TLS/SASL handshake) per task on a
-remote cluster, at most :data:`~backlog_source.events.control_topic.REPORT_TIMEOUT_MS` when
-the control topic is gone.
+remote cluster, at most ``RecordSizesReport.publish_timeout_ms`` (5 s) when the control
+topic is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from backlog_source.core.codec import VersionedCodec
 from backlog_source.core.errors import MalformedEvent
@@ -53,6 +54,10 @@ class RecordSizesReport:
 
     source_id: str
     topics: Mapping[str, TopicSizes] = field(default_factory=dict)
+    #: The longest a publish waits for the broker: every task of a catch-up batch publishes
+    #: one and it only refines an estimate, so a control topic that is gone (until the driver
+    #: re-creates it) costs a task little.
+    publish_timeout_ms: ClassVar[int] = 5_000
 
     def describe(self) -> str:
         return f"RecordSizesReport of {len(self.topics)} topic(s)"
@@ -88,7 +93,8 @@ class RecordSizesReport:
         return cls(source_id, sizes)
 
 
-def split_size_reports(values: Iterable[bytes | None], source_id: str) -> tuple[list[bytes | None], dict[str, TopicSizes]]:
+def split_size_reports(values: Iterable[bytes | None],
+                       source_id: str) -> tuple[list[bytes | None], dict[str, TopicSizes]]:
     """Control-topic ``values`` split into those that are not size reports (for the backlog
     state) and the sizes ``source_id``'s readers reported, summed per topic. Reports of other
     sources and unreadable reports are left out."""

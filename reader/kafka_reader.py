@@ -148,8 +148,8 @@ def read_split(
     tracking = config.events_topic is not None
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
-    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes and len({r.topic for r in ranges}) == 1 \
-        else None
+    one_topic = len({r.topic for r in ranges}) == 1
+    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes and one_topic else None
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
