@@ -24,9 +24,11 @@ Configurations, each with the same options in both workloads (a user does not kn
 * ``kafka-large-cap-min``: a large cap (1,200,000) with ``minOffsetsPerTrigger`` 36,000 and
   ``maxTriggerDelay`` 5 s under a ``1 second`` trigger (the strongest static setup);
 * ``backlog-default``: ``format("backlog")`` with no option (its default
-  ``backlog.maxBytesPerTrigger``, 128 MiB);
+  ``backlog.maxBytesPerTrigger``, 256 MiB; 128 MiB before 2026-11-26's last round);
 * ``backlog-time``: ``format("backlog")`` with ``backlog.targetBatchDuration`` 10 s;
-* only when named in ``--configs``: ``backlog-512m`` and ``backlog-4g``, larger byte budgets.
+* only when named in ``--configs``: ``kafka-cap-small-256m`` / ``kafka-cap-mixed-256m``, caps
+  sized for about 256 MiB (2,400,000 and 72,000 records), and ``backlog-128m``,
+  ``backlog-256m``, ``backlog-512m`` and ``backlog-4g``, byte budgets set explicitly.
 
 Figures per run: drain (``start()`` -> the batch reaching the backlog's end committed), and
 for ``format("backlog")`` the drain less the start-up floor of any Python streaming source
@@ -72,7 +74,14 @@ from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.catch_up_job import to_arrow
 from benchmarks.harness.costs import MemorySampler
 from benchmarks.harness.job_process import JobProcess
-from benchmarks.harness.progress import commit_time_reaching, committed_at, drain_batches, offset_of
+from benchmarks.harness.progress import (
+    commit_time_reaching,
+    committed_at,
+    drain_batches,
+    offset_of,
+    step_medians,
+    step_table,
+)
 from benchmarks.harness.record_latency import record_latencies
 from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
 from benchmarks.harness.runs import first_trigger_and_total_s, rotated, wait_until
@@ -93,9 +102,13 @@ MAIN_CONFIGS: dict[str, dict] = {
     "backlog-default": {"source": "backlog", "options": {}},
     "backlog-time": {"source": "backlog", "options": {"backlog.targetBatchDuration": "10s"}},
 }
-#: Run only when named in ``--configs``: the byte budget's trade-off between a batch's size
+#: Run only when named in ``--configs``: caps and budgets of other sizes, for the trade-off between a batch's size
 #: and the drain (``backlog-4g`` reads the backlogs of this benchmark in one batch).
 SWEEP: dict[str, dict] = {
+    "kafka-cap-small-256m": {"source": "kafka", "options": {"maxOffsetsPerTrigger": "2400000"}},
+    "kafka-cap-mixed-256m": {"source": "kafka", "options": {"maxOffsetsPerTrigger": "72000"}},
+    "backlog-128m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "128m"}},
+    "backlog-256m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "256m"}},
     "backlog-512m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "512m"}},
     "backlog-4g": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "4g"}},
 }
@@ -220,10 +233,11 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
         return {"failed": failure, "heap_peak_mib": memory.heap_peak_mib, "python_rss_peak_mib": memory.python_peak_mib,
                 "largest_worker_mib": memory.largest_worker_mib, "batch_timeline": batch_timeline(progress, called)}
     drained_at = commit_time_reaching(progress, topic, ends)
-    batches = []
+    batches, drain_progress = [], []
     for p in progress:
         if committed_at(p) > drained_at:
             continue  # a batch of the live traffic
+        drain_progress.append(p)
         start, end = positions_of(p, topic, "startOffset"), positions_of(p, topic, "endOffset")
         batches.append({"records": p["numInputRows"], "bytes": backlog.bytes_between(start, end),
                         "seconds": p["durationMs"]["triggerExecution"] / 1000})
@@ -234,6 +248,8 @@ def run(bench, workload: str, name: str, args, round_index: int) -> dict:
         "largest_batch_records": largest["records"],
         "largest_batch_s": max(b["seconds"] for b in batches),
         **drain_batches(progress, drained_at),
+        # Where a catch-up batch's time goes, and whose cost it is (median per step).
+        "steps_ms": step_medians(drain_progress),
         "heap_peak_mib": memory.heap_peak_mib,
         "python_rss_peak_mib": memory.python_peak_mib,
         "largest_worker_mib": memory.largest_worker_mib,
@@ -416,7 +432,9 @@ def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) ->
         for name, s in by_config.items():
             lines.append(f"| {name} | {s['failed']} of {s['runs']} | "
                          + " | ".join(with_spread(s[f], COLUMNS[f][1]) for f in columns) + " |")
-        lines.append("")
+        lines += ["", "Spark's steps of a drain batch (`durationMs`, median per run, median over rounds, ms):", "",
+                  *step_table({n: [r for r in rs if "failed" not in r] for n, rs in runs[workload].items()},
+                              "steps_ms"), ""]
     write_results("catch_up_budgets", args.results_name,
                   {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": pyspark.__version__,
                    "args": vars(args), "configs": CONFIGS, "floor_s": floors, "summaries": summaries, "runs": runs},

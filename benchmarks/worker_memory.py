@@ -4,7 +4,7 @@ item 4).
 
 The read path is bounded by bytes: each Arrow batch a reader yields holds about
 ``ARROW_BATCH_BYTES`` (32 MiB) whatever the record size (``reader/kafka_reader.py``), and a
-catch-up batch reads about ``backlog.maxBytesPerTrigger`` (128 MiB by default), cut into tasks
+catch-up batch reads about ``backlog.maxBytesPerTrigger`` (256 MiB by default), cut into tasks
 of at most ``TASK_BYTES`` (32 MiB) once sizes are measured. So a worker's peak should stay
 within a small multiple of those bounds, however large the records (before the bound, one
 task reading 1 GB of 256 KB records peaked at 2.66 GB).

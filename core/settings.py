@@ -38,11 +38,12 @@ from backlog_source.core.text_enum import TextEnum
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
 LATEST = -1
 EARLIEST = -2
-#: ``backlog.maxBytesPerTrigger`` when not set: a catch-up batch the default driver (1 GiB
-#: heap) can still hand to a ``foreachBatch`` that collects it. Its fixed cost (about 0.5 s
-#: on 2 cores) is a third to a half of such a batch's time, so a sink that streams drains
-#: faster with a larger budget (benchmarks/README.md part 11); safety comes first here.
-DEFAULT_BACKLOG_MAX_BYTES = 128 << 20
+#: ``backlog.maxBytesPerTrigger`` when not set: half the largest catch-up batch that Spark's
+#: default driver (1 GiB heap) was seen to hand to a ``foreachBatch`` that converts it to
+#: Arrow (512 MiB held, a whole backlog of 1 GB did not), and large enough that a batch's fixed
+#: cost (about 0.4 s on 2 cores) is a sixth of its time, where it is a third at 128 MiB
+#: (benchmarks/README.md part 11).
+DEFAULT_BACKLOG_MAX_BYTES = 256 << 20
 
 
 class StartingPoint(TextEnum):

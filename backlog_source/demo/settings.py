@@ -47,7 +47,7 @@ class DemoSettings(BaseSettings):
     low_latency_interval: str = Field("1 second", description="trigger interval once caught up")
     backlog_max_bytes_per_trigger: str | None = Field(
         None, description="bytes per micro-batch while processing backlog (source option backlog.maxBytesPerTrigger; "
-        "unset: the source's default, 128m)",
+        "unset: the source's default, 256m)",
     )
     target_batch_duration: str | None = Field(
         "10 seconds", description="how long a catch-up batch should take (source option backlog.targetBatchDuration): "

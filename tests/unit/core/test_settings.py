@@ -190,7 +190,7 @@ def test_an_empty_subscription_is_named_before_missing_bootstrap_servers_as_in_s
 
 def test_catch_up_budgets_parse_spark_byte_strings_and_durations_and_default_to_a_byte_bound():
     base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a"}
-    assert parse_options(base).backlog_max_bytes_per_trigger == 128 << 20
+    assert parse_options(base).backlog_max_bytes_per_trigger == 256 << 20
     assert parse_options(base).backlog_target_batch_duration_ms is None
     chosen = parse_options({**base, "backlog.maxBytesPerTrigger": "1g", "backlog.targetBatchDuration": "30 seconds"})
     assert chosen.backlog_max_bytes_per_trigger == 1 << 30 and chosen.backlog_target_batch_duration_ms == 30_000

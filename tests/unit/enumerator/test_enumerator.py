@@ -4,7 +4,7 @@ import pytest
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
-from backlog_source.core.settings import parse_options
+from backlog_source.core.settings import DEFAULT_BACKLOG_MAX_BYTES, parse_options
 from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.core.tracing import names
 from backlog_source.enumerator import state_codec as offset_codec
@@ -406,7 +406,8 @@ def test_by_default_a_restart_on_a_large_backlog_gets_bounded_batches_not_one_of
     start = enumerator.initial_offset()
     end = enumerator.latest_offset(start, budget)
     assert end.plan.bounded_by is BoundedBy.BYTES
-    assert sum(end.positions.values()) * 1_000 <= 128 * MIB + 2 * 1_000
+    read = sum(end.positions.values()) * 1_000
+    assert DEFAULT_BACKLOG_MAX_BYTES - 2 * 1_000 <= read <= DEFAULT_BACKLOG_MAX_BYTES + 2 * 1_000
 
 
 def test_nothing_measurable_plans_a_first_batch_as_if_every_record_were_kafkas_largest():
@@ -472,7 +473,7 @@ def test_record_sizes_that_change_mid_backlog_are_planned_with_at_the_next_batch
 
 
 def test_a_catch_up_batch_that_fits_the_byte_budget_even_at_the_largest_record_size_measures_nothing():
-    enumerator, _, sizes, budget = catching_up(topics={"a": [(0, 40), (0, 40)]})  # 80 records <= 128 MiB / 1 MiB
+    enumerator, _, sizes, budget = catching_up(topics={"a": [(0, 40), (0, 40)]})  # 80 records <= 256 MiB / 1 MiB
     end = enumerator.latest_offset(enumerator.initial_offset(), budget)
     assert end.positions == {A0: 40, A1: 40} and sizes.asked == []
     assert end.plan.bounded_by is BoundedBy.AVAILABLE and end.plan.bytes is None
