@@ -32,7 +32,8 @@ REPORT_TYPE = "RecordSizesReport"
 #: The report's versions (the shape of :mod:`backlog_source.core.codec`): 1 is written and read.
 REPORT_CODEC = VersionedCodec("RecordSizesReport", "v", 1, MalformedEvent)
 #: Control messages larger than this are not parsed: a report of a task over a few topics is
-#: a few hundred bytes; a task over more topics reports the largest ones (:data:`MAX_TOPICS`).
+#: a few hundred bytes; a task over more topics reports the largest ones, at most
+#: :data:`MAX_TOPICS` and as many as fit in this many bytes (topic names are up to 249 chars).
 MAX_REPORT_BYTES = 16 * 1024
 MAX_TOPICS = 100
 
@@ -63,8 +64,14 @@ class RecordSizesReport:
         return f"RecordSizesReport of {len(self.topics)} topic(s)"
 
     def encode(self) -> bytes:
-        largest = sorted(self.topics.items(), key=lambda kv: (-kv[1].bytes, kv[0]))[:MAX_TOPICS]
-        body = {"source_id": self.source_id, "topics": {t: [s.bytes, s.offsets] for t, s in largest}}
+        topics: dict[str, list[int]] = {}
+        room = MAX_REPORT_BYTES - 512 - len(json.dumps(self.source_id))  # 512: the envelope, with room to spare
+        for topic, sizes in sorted(self.topics.items(), key=lambda kv: (-kv[1].bytes, kv[0]))[:MAX_TOPICS]:
+            room -= len(json.dumps({topic: [sizes.bytes, sizes.offsets]}, separators=(",", ":")))
+            if room < 0:
+                break
+            topics[topic] = [sizes.bytes, sizes.offsets]
+        body = {"source_id": self.source_id, "topics": topics}
         return json.dumps({"type": REPORT_TYPE, **REPORT_CODEC.stamp(body)}, separators=(",", ":")).encode()
 
     @classmethod

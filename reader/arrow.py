@@ -80,6 +80,21 @@ def data_bytes(batch: pa.RecordBatch) -> int:
     return total
 
 
+def data_bytes_by_topic(batch: pa.RecordBatch) -> dict[str, int]:
+    """:func:`data_bytes` per topic, for a batch read from several topics. A fetch returns
+    long runs of one partition, so the batch is cut at each change of topic (one comparison
+    of the topic column in NumPy) and each run is counted as a zero-copy slice: never a copy
+    of the data."""
+    topics = batch.column(2).to_numpy(zero_copy_only=False)  # str objects: compared in C
+    if len(topics) == 0:
+        return {}
+    changes = (np.flatnonzero(topics[1:] != topics[:-1]) + 1).tolist()
+    totals: dict[str, int] = {}
+    for start, end in zip([0, *changes], [*changes, len(topics)]):
+        totals[topics[start]] = totals.get(topics[start], 0) + data_bytes(batch.slice(start, end - start))
+    return totals
+
+
 def _binary_bytes(array: pa.Array) -> int:
     """The data bytes of a binary or string array: its last offset less its first (int32
     offsets, the array's own slice of them)."""

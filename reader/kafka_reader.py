@@ -35,7 +35,7 @@ from backlog_source.core.settings import ReaderConfig
 from backlog_source.events.control_topic import ControlEvent, publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
-from backlog_source.reader.arrow import data_bytes, to_record_batch
+from backlog_source.reader.arrow import data_bytes, data_bytes_by_topic, to_record_batch
 from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool, settings_key
 from backlog_source.reader.read_span import ReadSpan
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
@@ -126,9 +126,9 @@ def read_split(
     source, bucket and boundary) before the batch that reached the boundary is handed over,
     so the event is on the control topic before the task ends. A publish that fails is
     logged, not raised: the driver finishes the bucket by its committed position anyway.
-    A split with ``report_sizes`` over one topic publishes a RecordSizesReport (the bytes
-    read and the offsets they spanned) once its last range is read, before its last batch is
-    handed over; a split over several topics reports nothing (the driver samples instead).
+    A split with ``report_sizes`` publishes a RecordSizesReport (per topic, the bytes read
+    and the offsets they spanned) once its last range is read, before its last batch is
+    handed over.
     With tracing on in this process, such a range also exports a ``backlog.read`` span
     (child of the range's ``traceparent``), flushed before its last batch is handed over.
 
@@ -148,8 +148,7 @@ def read_split(
     tracking = config.events_topic is not None
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
-    one_topic = len({r.topic for r in ranges}) == 1
-    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes and one_topic else None
+    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes else None
     sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
@@ -208,7 +207,7 @@ def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position
 
 
 class _SizesRead:
-    """What a one-topic split of a catch-up batch read, published as a RecordSizesReport
+    """What a split of a catch-up batch read, per topic, published as a RecordSizesReport
     once every range has reached its end. Not published after an incident (records lost to
     retention, a partition gone): offsets skipped without their bytes would make records
     look smaller than they are, and the next batch larger than its budget."""
@@ -216,20 +215,30 @@ class _SizesRead:
     def __init__(self, source_id: str, ranges: Sequence[KafkaRange]) -> None:
         self.source_id = source_id
         self.ranges = ranges
-        self.bytes = 0
+        topics = {r.topic for r in ranges}
+        #: The topic of every batch when the split reads one (its bytes then cost O(1)).
+        self.only_topic = next(iter(topics)) if len(topics) == 1 else None
+        self.bytes = dict.fromkeys(sorted(topics), 0)
         self.published = False
 
     def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], incidents: list[str],
             config: ReaderConfig, publish_event) -> None:
         if batch is not None:
-            self.bytes += data_bytes(batch)
+            if self.only_topic is not None:
+                self.bytes[self.only_topic] += data_bytes(batch)
+            else:
+                for topic, read in data_bytes_by_topic(batch).items():
+                    self.bytes[topic] += read
         if self.published or any(positions[r.bucket] < r.end for r in self.ranges):
             return
         self.published = True
         if incidents:
             return
-        offsets = sum(positions[r.bucket] - r.start for r in self.ranges)
-        publish_event(config, RecordSizesReport(self.source_id, {self.ranges[0].topic: TopicSizes(self.bytes, offsets)}))
+        offsets = dict.fromkeys(self.bytes, 0)
+        for r in self.ranges:
+            offsets[r.topic] += positions[r.bucket] - r.start
+        publish_event(config, RecordSizesReport(
+            self.source_id, {topic: TopicSizes(self.bytes[topic], offsets[topic]) for topic in self.bytes}))
 
 
 @dataclass

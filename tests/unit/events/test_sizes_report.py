@@ -8,7 +8,13 @@ import pytest
 
 from backlog_source.core.errors import MalformedEvent
 from backlog_source.events.finish_event import BacklogFinishEvent
-from backlog_source.events.sizes_report import MAX_TOPICS, RecordSizesReport, TopicSizes, split_size_reports
+from backlog_source.events.sizes_report import (
+    MAX_REPORT_BYTES,
+    MAX_TOPICS,
+    RecordSizesReport,
+    TopicSizes,
+    split_size_reports,
+)
 
 
 def test_report_codec_round_trip_and_rejections():
@@ -32,6 +38,17 @@ def test_a_task_over_very_many_topics_reports_its_largest_within_the_message_lim
     report = RecordSizesReport("s", {f"topic-{i:04d}": TopicSizes(i, 1) for i in range(MAX_TOPICS + 50)})
     decoded = RecordSizesReport.decode(report.encode())
     assert len(decoded.topics) == MAX_TOPICS and min(s.bytes for s in decoded.topics.values()) == 50
+
+
+def test_a_report_over_many_long_topic_names_keeps_its_largest_topics_and_stays_readable():
+    """Kafka allows topic names of 249 characters: a hundred of them would exceed the size the
+    driver parses, and a report it cannot read measures nothing."""
+    report = RecordSizesReport("s", {f"{i:03d}" + "t" * 246: TopicSizes(1_000 + i, 1) for i in range(MAX_TOPICS)})
+    payload = report.encode()
+    assert len(payload) <= MAX_REPORT_BYTES
+    decoded = RecordSizesReport.decode(payload)
+    assert 0 < len(decoded.topics) < MAX_TOPICS
+    assert min(s.bytes for s in decoded.topics.values()) == 1_000 + MAX_TOPICS - len(decoded.topics)
 
 
 def test_every_released_report_version_is_read_and_the_current_one_written_byte_for_byte():

@@ -7,7 +7,7 @@ import pytest
 from backlog_source.core.errors import MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.enumerator.record_sizes import record_bytes
-from backlog_source.reader.arrow import data_bytes, to_record_batch
+from backlog_source.reader.arrow import data_bytes, data_bytes_by_topic, to_record_batch
 from tests.fakes import Msg
 
 UTC = dt.timezone.utc
@@ -86,3 +86,15 @@ def test_data_bytes_counts_keys_values_and_headers_as_the_byte_budget_does():
     assert data_bytes(batch.slice(1, 1)) == record_bytes(messages[1])
     without = to_record_batch(messages, "t", 0, include_headers=False)
     assert data_bytes(without) == sum(record_bytes(m, include_headers=False) for m in messages) == 7 + 2 + 1000 + 1
+
+
+def test_data_bytes_by_topic_counts_each_run_of_a_topic_in_a_batch_of_several():
+    messages = [Msg(0, b"a" * 5, topic="x", partition=0), Msg(0, b"b" * 70, topic="y", partition=1),
+                Msg(1, b"c" * 9, topic="x", partition=0, headers=[("h", b"12")]), Msg(1, None, topic="x", partition=1)]
+    batch = to_record_batch(messages, None, None, include_headers=True)
+    by_topic = data_bytes_by_topic(batch)
+    assert by_topic == {"x": sum(record_bytes(m) for m in messages if m.topic() == "x"),
+                        "y": record_bytes(messages[1])}
+    assert sum(by_topic.values()) == data_bytes(batch)
+    assert data_bytes_by_topic(batch.slice(1, 2)) == {"y": record_bytes(messages[1]), "x": record_bytes(messages[2])}
+    assert data_bytes_by_topic(batch.slice(0, 0)) == {}

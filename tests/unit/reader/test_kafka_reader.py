@@ -399,17 +399,32 @@ def test_a_catch_up_split_reports_what_it_read_before_its_last_batch_is_handed_o
     assert list(batches) == []
 
 
-@pytest.mark.parametrize("report_sizes, topics", [(False, ("t", "t")), (True, ("t", "u"))])
-def test_no_report_outside_catch_up_batches_or_from_a_split_over_several_topics(report_sizes, topics):
-    """A split over several topics would need its bytes split by topic: the driver samples
-    those topics instead."""
+def test_no_report_outside_catch_up_batches():
     published = []
-    ranges = (KafkaRange(topics[0], 0, 0, 1), KafkaRange(topics[1], 1, 0, 1))
-    script = [[Msg(0, partition=0, topic=topics[0]), Msg(0, partition=1, topic=topics[1])]]
-    list(read_split(KafkaSplit(ranges, "src-s", report_sizes=report_sizes), SETTINGS,
+    ranges = (KafkaRange("t", 0, 0, 1), KafkaRange("t", 1, 0, 1))
+    script = [[Msg(0, partition=0), Msg(0, partition=1)]]
+    list(read_split(KafkaSplit(ranges, "src-s", report_sizes=False), SETTINGS,
                     pool=ConsumerPool(FakeConsumer(script), capacity=0),
                     publish_event=lambda settings, event: published.append(event) or True))
     assert published == []
+
+
+def test_a_split_over_several_topics_reports_each_topics_own_bytes_and_offsets():
+    """Small ranges of several topics share a task: its report splits what it read by topic,
+    even when one fetch interleaves the topics, so no topic is planned from another's sizes."""
+    published = []
+    ranges = (KafkaRange("small", 0, 0, 3), KafkaRange("large", 0, 10, 12), KafkaRange("small", 1, 0, 2))
+    script = [[Msg(0, b"s" * 10, topic="small", partition=0), Msg(10, b"L" * 5_000, topic="large", partition=0),
+               Msg(1, b"s" * 10, topic="small", partition=0), Msg(0, b"s" * 20, topic="small", partition=1)],
+              [Msg(11, b"L" * 7_000, key=None, topic="large", partition=0), Msg(1, b"s" * 20, topic="small", partition=1),
+               eof(3, topic="small", partition=0)]]
+    list(read_split(KafkaSplit(ranges, "src-m", report_sizes=True), SETTINGS,
+                    pool=ConsumerPool(FakeConsumer(script), capacity=0),
+                    publish_event=lambda settings, event: published.append(event) or True))
+    [report] = published
+    key = 1  # b"k" on every record but one
+    assert dict(report.topics) == {"small": TopicSizes(10 + 10 + 20 + 20 + 4 * key, 3 + 2),
+                                   "large": TopicSizes(5_000 + 7_000 + key, 2)}
 
 
 def test_a_split_that_skipped_records_lost_to_retention_reports_nothing():
