@@ -60,7 +60,16 @@ class ClientRole(TextEnum):
 #: A consumer the executors' pool keeps would make its next read wait until the broker gives
 #: up whenever no record arrives on those partitions meanwhile: 10 ms bounds that wait
 #: (figures: benchmarks/README.md, "Consumer reuse").
-_READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted"}
+#:
+#: ``queued.max.messages.kbytes``: librdkafka fetches ahead until its queue holds this much
+#: (64 MiB by default), and a range that ends before the log end (every catch-up range) drops
+#: what was fetched past its end: the broker's, librdkafka's and the network's work for
+#: nothing, on the cores the readers share. 16 MiB bounds the waste at a catch-up task's half
+#: and costs a long read alone about a tenth of its speed (benchmarks/fetch_ahead.py); in a
+#: catch-up on 2 cores, where the waste competes with the readers, it is a net gain
+#: (benchmarks/README.md part 11).
+_READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted",
+                  "queued.max.messages.kbytes": 16_384}
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {
     ClientRole.READER: _READ_DEFAULTS,
     ClientRole.SNAPSHOT_READER: _READ_DEFAULTS,

@@ -38,3 +38,13 @@ def test_readers_let_the_broker_hold_a_fetch_briefly_and_a_user_setting_wins(rol
     assert parse_options(BASE).kafka.librdkafka(role)["fetch.wait.max.ms"] == 10
     assert parse_options({**BASE, "kafka.fetch.max.wait.ms": "200"}).kafka.librdkafka(role)["fetch.wait.max.ms"] == "200"
     assert "fetch.wait.max.ms" not in parse_options(BASE).kafka.librdkafka(ClientRole.ADMIN)
+
+
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.SIZE_SAMPLER])
+def test_readers_fetch_at_most_16_mib_ahead_and_a_user_setting_wins(role):
+    """A catch-up range drops what was fetched past its end: librdkafka's 64 MiB queue made a
+    34 MiB range fetch up to 92 MiB (benchmarks/fetch_ahead.py)."""
+    assert parse_options(BASE).kafka.librdkafka(role)["queued.max.messages.kbytes"] == 16_384
+    chosen = parse_options({**BASE, "kafka.queued.max.messages.kbytes": "65536"}).kafka.librdkafka(role)
+    assert chosen["queued.max.messages.kbytes"] == "65536"
+    assert "queued.max.messages.kbytes" not in parse_options(BASE).kafka.librdkafka(ClientRole.EVENT_PRODUCER)
