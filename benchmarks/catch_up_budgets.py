@@ -111,6 +111,10 @@ SWEEP: dict[str, dict] = {
     "backlog-256m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "256m"}},
     "backlog-512m": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "512m"}},
     "backlog-4g": {"source": "backlog", "options": {"backlog.maxBytesPerTrigger": "4g"}},
+    # The readers' fetch-ahead queue (librdkafka's queued.max.messages.kbytes; the source's
+    # default is 16 MiB): what a catch-up range fetches past its end and drops.
+    "backlog-fetch-ahead-4m": {"source": "backlog", "options": {"kafka.queued.max.messages.kbytes": "4096"}},
+    "backlog-fetch-ahead-64m": {"source": "backlog", "options": {"kafka.queued.max.messages.kbytes": "65536"}},
 }
 CONFIGS = {**MAIN_CONFIGS, **SWEEP}
 

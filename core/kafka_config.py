@@ -42,9 +42,9 @@ class ClientRole(TextEnum):
 #: Defaults a user may override with ``kafka.*`` options.
 #:
 #: ``fetch.queue.backoff.ms``: once a partition's local queue holds ``queued.min.messages``
-#: (100k) or ``queued.max.messages.kbytes`` (64 MiB), librdkafka postpones its next fetch by
-#: this much, 1 s by default: a reader that drains the queue in a fraction of that waits out
-#: the rest. A 10 ms backoff keeps the default queue (and its memory) and the reader fed:
+#: (100k) or ``queued.max.messages.kbytes`` (librdkafka's 64 MiB, the readers' 16 MiB below),
+#: librdkafka postpones its next fetch by this much, 1 s by default: a reader that drains the
+#: queue in a fraction of that waits out the rest. A 10 ms backoff keeps the reader fed:
 #: librdkafka's documented remedy for such gaps, faster than a larger queue and smaller
 #: (figures: benchmarks/README.md, "Read throughput").
 #:
@@ -67,7 +67,8 @@ class ClientRole(TextEnum):
 #: nothing, on the cores the readers share. 16 MiB bounds the waste at a catch-up task's half
 #: and costs a long read alone about a tenth of its speed (benchmarks/fetch_ahead.py); in a
 #: catch-up on 2 cores, where the waste competes with the readers, it is a net gain
-#: (benchmarks/README.md part 11).
+#: (benchmarks/README.md part 12). Without a ``fetch.max.bytes`` of the user's, librdkafka
+#: also lowers a fetch request's size to the queue's (from 50 MiB).
 _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted",
                   "queued.max.messages.kbytes": 16_384}
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {

@@ -41,8 +41,8 @@ EARLIEST = -2
 #: ``backlog.maxBytesPerTrigger`` when not set: half the largest catch-up batch that Spark's
 #: default driver (1 GiB heap) was seen to hand to a ``foreachBatch`` that converts it to
 #: Arrow (512 MiB held, a whole backlog of 1 GB did not), and large enough that a batch's fixed
-#: cost (about 0.4 s on 2 cores) is a sixth of its time, where it is a third at 128 MiB
-#: (benchmarks/README.md part 11).
+#: cost (about 0.5 s on 2 cores) is about a third of its time, where it was half at 128 MiB
+#: (benchmarks/README.md parts 11 and 12).
 DEFAULT_BACKLOG_MAX_BYTES = 256 << 20
 
 

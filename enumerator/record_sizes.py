@@ -1,7 +1,7 @@
 """How many bytes an offset of each bucket holds where a catch-up batch starts: the
 measurement the byte budget (``backlog.maxBytesPerTrigger``) plans with. After a catch-up
 batch, what its readers reported (:func:`reported_sizes`); otherwise (the first catch-up
-batch, a topic read by tasks over several topics, a lost report) a sample, as follows.
+batch, a lost report) a sample, as follows.
 
 Which process: the driver's planner worker, for a catch-up batch that has a byte or time
 budget and topics no size report covers. One consumer for the run, created on first use,

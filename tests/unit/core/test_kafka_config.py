@@ -1,6 +1,7 @@
 """The librdkafka configuration each client role gets."""
 
 import pytest
+from confluent_kafka import Consumer
 
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.settings import parse_options
@@ -48,3 +49,13 @@ def test_readers_fetch_at_most_16_mib_ahead_and_a_user_setting_wins(role):
     chosen = parse_options({**BASE, "kafka.queued.max.messages.kbytes": "65536"}).kafka.librdkafka(role)
     assert chosen["queued.max.messages.kbytes"] == "65536"
     assert "queued.max.messages.kbytes" not in parse_options(BASE).kafka.librdkafka(ClientRole.EVENT_PRODUCER)
+
+
+@pytest.mark.parametrize("extra", [{}, {"kafka.fetch.max.bytes": "104857600"}, {"kafka.max.partition.fetch.bytes": "104857600"},
+                                   {"kafka.fetch.max.bytes": "104857600", "kafka.max.partition.fetch.bytes": "104857600"}])
+def test_a_reader_consumer_starts_with_the_readers_defaults_and_large_fetch_sizes(extra):
+    """librdkafka checks its settings against each other when a client is created
+    (``fetch.max.bytes`` against ``message.max.bytes`` and ``receive.message.max.bytes``); the
+    readers' smaller fetch-ahead queue must not make a user's fetch sizes refused."""
+    for role in (ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.SIZE_SAMPLER):
+        Consumer(parse_options({**BASE, **extra}).kafka.librdkafka(role)).close()

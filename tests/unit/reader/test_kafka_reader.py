@@ -427,6 +427,32 @@ def test_a_split_over_several_topics_reports_each_topics_own_bytes_and_offsets()
                                    "large": TopicSizes(5_000 + 7_000 + key, 2)}
 
 
+def test_a_split_over_several_topics_counts_the_batches_read_after_one_topic_is_done():
+    """Once only one range is left, its batches carry the topic as one repeated value."""
+    published = []
+    ranges = (KafkaRange("small", 0, 0, 1), KafkaRange("large", 0, 0, 3))
+    script = [[Msg(0, b"s" * 10, topic="small"), Msg(0, b"L" * 1_000, topic="large")],
+              [Msg(1, b"L" * 2_000, topic="large"), Msg(2, b"L" * 3_000, topic="large")]]
+    list(read_split(KafkaSplit(ranges, "src-o", report_sizes=True), SETTINGS,
+                    pool=ConsumerPool(FakeConsumer(script), capacity=0),
+                    publish_event=lambda settings, event: published.append(event) or True))
+    [report] = published
+    assert dict(report.topics) == {"small": TopicSizes(10 + 1, 1), "large": TopicSizes(6_000 + 3, 3)}
+
+
+def test_a_split_over_several_topics_reports_nothing_when_one_topic_lost_records_to_retention():
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t,u",
+                              "failOnDataLoss": "false"}).reader_config
+    consumer = FakeConsumer([[Msg(0, topic="u", partition=1), Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))],
+                             [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22))
+    published = []
+    ranges = (KafkaRange("t", 0, 5, 22), KafkaRange("u", 1, 0, 1))
+    batches = list(read_split(KafkaSplit(ranges, "src-l", report_sizes=True), settings,
+                              pool=ConsumerPool(consumer, capacity=0),
+                              publish_event=lambda config, event: published.append(event) or True))
+    assert sorted(offsets_read(batches)) == [0, 20, 21] and published == []
+
+
 def test_a_split_that_skipped_records_lost_to_retention_reports_nothing():
     """Offsets 5-19 were deleted before they were read (``failOnDataLoss=false``): counted as
     spanned without their bytes, they would make records look 15 times smaller than they
