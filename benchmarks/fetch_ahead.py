@@ -39,6 +39,7 @@ from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.runs import wait_until
 from benchmarks.harness.stats import median_and_spread, with_spread
 from benchmarks.harness.traffic import create_live_topic
 
@@ -75,9 +76,15 @@ def read_once(bootstrap: str, kbytes: int | None, start: int, end: int) -> dict:
     # The fetch-ahead is done within fetch.queue.backoff.ms of the read's end: wait for two
     # statistics intervals after it, serving callbacks, then read the last one.
     seen = len(stats)
-    while len(stats) < seen + 2:
-        consumer.poll(0.05)
-    consumer.close()
+
+    def two_more_statistics() -> bool:
+        consumer.poll(0.05)  # serves the statistics callback
+        return len(stats) >= seen + 2
+
+    try:
+        wait_until(two_more_statistics, 10, "librdkafka's statistics after the read")
+    finally:
+        consumer.close()
     return {"seconds": seconds, "read_mib": read / MIB, "fetched_mib": stats[-1]["rxmsg_bytes"] / MIB}
 
 
@@ -86,6 +93,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.records <= 20_000:
+        parser.error("--records must be more than 20,000: the long range starts at record 20,000")
     ranges = {"catch-up range (8,000 records, ends before the log end)": (0, 8_000),
               f"long range (to the log end, {args.records - 20_000:,} records)": (20_000, args.records)}
     rng = random.Random(35)

@@ -8,7 +8,8 @@ budget and topics no size report covers. One consumer for the run, created on fi
 never pickled. It reads from each sampled bucket's position (fetches of
 :data:`SAMPLE_FETCH_BYTES`, up to its share of :data:`SAMPLE_BYTES` or :data:`SAMPLE_RECORDS`
 records) and counts the bytes Spark's rows will hold per record: key, value, and (with
-``includeHeaders``) header keys and values. Bytes are divided by the offsets the sample spans, gaps included (transaction markers, compaction), because budgets cut ranges of
+``includeHeaders``) header keys and values. Bytes are divided by the offsets the sample
+spans, gaps included (transaction markers, compaction), because budgets cut ranges of
 offsets, and pooled over each topic's sampled partitions (:func:`pooled_by_topic`).
 
 A measurement that fails is never fatal: it returns what it has (maybe nothing), and the

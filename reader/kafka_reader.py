@@ -218,7 +218,7 @@ class _SizesRead:
         topics = {r.topic for r in ranges}
         #: The topic of every batch when the split reads one (its bytes then cost O(1)).
         self.only_topic = next(iter(topics)) if len(topics) == 1 else None
-        self.bytes = dict.fromkeys(sorted(topics), 0)
+        self.bytes = dict.fromkeys(topics, 0)
         self.published = False
 
     def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], incidents: list[str],
