@@ -44,8 +44,13 @@ class Collected:
     _hold: threading.Event = field(default_factory=threading.Event)
     _held: threading.Event = field(default_factory=threading.Event)
     _release: threading.Event = field(default_factory=threading.Event)
+    _before_read: list = field(default_factory=list)
 
     def add(self, batch_df, batch_id: int) -> None:
+        if self._before_read:
+            # Spark reads a foreachBatch's batch only when the function collects it: what
+            # runs here happens after the batch was planned and before any of it is read.
+            self._before_read.pop()()
         rows = sorted((row_tuple(r) for r in batch_df.collect()), key=lambda r: (r[2], r[3], r[4]))
         with self.lock:
             while len(self.batches) <= batch_id:
@@ -57,6 +62,10 @@ class Collected:
             self._hold.clear()
             self._held.set()
             self._release.wait(300)
+
+    def before_reading_next_batch(self, action) -> None:
+        """Run ``action()`` once, in the sink, after the next batch is planned and before it is read."""
+        self._before_read.append(action)
 
     def hold_next_batch(self) -> None:
         """The next non-empty batch waits in the sink until :meth:`release`."""

@@ -1,18 +1,21 @@
-"""Reads that end at a log end past offsets without a record, on Apache Kafka: transaction
-commit markers leave such offsets, so a range [start, log end) of a transactional partition
-has fewer records than offsets. The read must end on the partition's end-of-partition event,
-not by waiting for records that do not exist (it waited a whole second per read)."""
+"""Reads over offsets without a record, on Apache Kafka: transaction commit markers leave
+such offsets, so a range [start, log end) of a transactional partition has fewer records than
+offsets, and compaction removes records from a topic's older segments. The read must end on
+the partition's end-of-partition event or the first record past its range, not by waiting for
+records that do not exist (it waited a whole second per read)."""
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from backlog_source.core.settings import parse_options
+from backlog_source.demo.embedded_broker import create_topic, produce
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
-from tests.integration.helpers import log_end_offsets, make_topic
+from tests.integration.differential import both
+from tests.integration.helpers import log_end_offsets, make_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +54,9 @@ def test_a_range_ending_at_a_log_end_after_commit_markers_ends_on_its_end_of_par
 
     made: list[RecordingConsumer] = []
 
-    def factory(config):
-        made.append(RecordingConsumer(config))
-        return made[-1]
-
     config = parse_options({"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": topic_name,
                             "kafka.isolation.level": isolation, "kafkaConsumer.pollTimeoutMs": "60000"}).reader_config
-    batches = list(read_split(KafkaSplit((KafkaRange(topic_name, 0, 0, end),)), config,
-                              pool=ConsumerPool(factory, capacity=0)))
-    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    offsets = recorded_read(KafkaRange(topic_name, 0, 0, end), config, made)
     assert offsets == [o for o in range(33) if o not in (10, 21, 32)]
     calls = made[0].calls
     # The read ended with the call that delivered the end-of-partition event, and that call
@@ -68,3 +65,71 @@ def test_a_range_ending_at_a_log_end_after_commit_markers_ends_on_its_end_of_par
     _, wait, _, eof = calls[-1]
     assert eof, calls
     assert wait < 1.0, calls
+
+
+def recorded_read(r: KafkaRange, config, made: list[RecordingConsumer]) -> list[int]:
+    """The offsets ``read_split`` delivers for ``r``, through a fresh recording consumer."""
+
+    def factory(consumer_config):
+        made.append(RecordingConsumer(consumer_config))
+        return made[-1]
+
+    batches = list(read_split(KafkaSplit((r,)), config, pool=ConsumerPool(factory, capacity=0)))
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def surviving_offsets(broker, topic: str, end: int) -> list[int]:
+    """The offsets below ``end`` that still hold a record, read by a plain consumer."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "gaps", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        offsets: list[int] = []
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "no end-of-partition event within 10 s"
+            if message.error() is not None:
+                assert message.error().code() == -191, message.error()  # _PARTITION_EOF
+                return [o for o in offsets if o < end]
+            offsets.append(message.offset())
+    finally:
+        consumer.close()
+
+
+def test_ranges_over_a_compacted_topic_end_on_the_first_record_past_them_and_read_what_spark_reads(spark, broker,
+                                                                                                   topic_name):
+    """A compacted topic whose cleaned segment lost offsets 0..18 (20 records of key ``a``,
+    then ``b`` records until the log cleaner has run): a range ending inside that gap holds no
+    record, and one over the whole log has gaps; both reads end without waiting for offsets
+    that do not exist, and a batch read of the topic returns what Spark's batch read does."""
+    create_topic(broker.bootstrap_servers, topic_name, 1, {
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "0"})
+    produce(broker.bootstrap_servers, topic_name, [(0, b"a", f"a-{n}".encode()) for n in range(20)])
+    written = iter(range(10_000))
+
+    def compacted() -> bool:
+        # Every call appends a record: a segment rolls only on an append after segment.ms,
+        # and the cleaner cleans rolled segments only (every log.cleaner.backoff.ms, 15 s).
+        produce(broker.bootstrap_servers, topic_name, [(0, b"b", f"b-{next(written)}".encode())])
+        return surviving_offsets(broker, topic_name, 20) == [19]
+
+    wait_for(compacted, 180, f"the log cleaner to compact {topic_name}")
+    end = log_end_offsets(broker, topic_name)[0]
+    config = parse_options({"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": topic_name,
+                            "kafkaConsumer.pollTimeoutMs": "60000"}).reader_config
+
+    made: list[RecordingConsumer] = []
+    assert recorded_read(KafkaRange(topic_name, 0, 0, 19), config, made) == []
+    assert recorded_read(KafkaRange(topic_name, 0, 0, end), config, made) == surviving_offsets(broker, topic_name, end)
+    for consumer in made:
+        # Each read ended with a call that delivered something (the first record past the
+        # range, or its end-of-partition event) after less than the longest wait.
+        num, wait, returned, _ = consumer.calls[-1]
+        assert returned > 0 and wait < 1.0, consumer.calls
+
+    kafka_rows, backlog_rows = both(spark, broker, {"subscribe": topic_name, "startingOffsets": "earliest",
+                                                    "endingOffsets": "latest"})
+    assert not isinstance(kafka_rows, str), kafka_rows
+    assert backlog_rows == kafka_rows
+    assert [r[4] for r in backlog_rows] == surviving_offsets(broker, topic_name, end)

@@ -129,3 +129,50 @@ def test_a_subscribed_topic_deleted_while_idle(spark, broker, topic_name, tmp_pa
             f"again-0-{n}".encode() for n in range(3)]
     finally:
         query.stop()
+
+
+def delete_between_plan_and_read(spark, broker, source: str, topic: str, checkpoint, fail_on_data_loss: str):
+    """One query of ``source`` caught up on ``topic`` (2 partitions of 5 records); then 5 more
+    records per partition are written, and the topic is deleted after the batch holding them
+    was planned and before it is read. Returns ``(query, collected)`` once that batch ended
+    or the query failed; the query is still running unless it failed."""
+    make_topic(broker, topic, 2, per_partition=5)
+    options = {"subscribe": topic, "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss,
+               "kafkaConsumer.pollTimeoutMs": "10000", "kafka.default.api.timeout.ms": "30000"}
+    query, collected = start(spark, source, broker.bootstrap_servers, options, checkpoint,
+                             trigger={"processingTime": "0 seconds"})
+    query.processAllAvailable()
+    assert len(collected.rows()) == 10
+    collected.before_reading_next_batch(lambda: delete_topic(broker.bootstrap_servers, topic))
+    produce(broker.bootstrap_servers, topic, [(p, None, f"late-{p}-{n}".encode()) for n in range(5) for p in (0, 1)])
+    wait_for(lambda: query.exception() is not None or len(collected.batches) >= 2, 180,
+             f"format({source!r}) to read or fail the batch of the deleted topic")
+    return query, collected
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_subscribed_topic_deleted_while_its_batch_is_read(spark, broker, topic_name, tmp_path, fail_on_data_loss):
+    """The topic is deleted after a batch of it was planned, before its tasks read it. Under
+    failOnDataLoss=true both sources fail the query. Under false, Spark's tasks wait for the
+    deleted partitions' positions until default.api.timeout.ms and fail the query anyway (its
+    "Timeout ... before the position for partition ... could be determined", asserted here as
+    Spark's behaviour); format("backlog") finishes the batch without the deleted records, with
+    a warning, and goes on: the README's failure table says so."""
+    outcomes = {}
+    for source in ("kafka", "backlog"):
+        query, collected = delete_between_plan_and_read(spark, broker, source, f"{topic_name}-{source}",
+                                                        tmp_path / source, fail_on_data_loss)
+        try:
+            outcomes[source] = (query.exception() and str(query.exception()), collected.batches[1:], query.isActive)
+        finally:
+            query.stop()
+    kafka_failure, backlog_failure = outcomes["kafka"][0], outcomes["backlog"][0]
+    assert kafka_failure is not None, "Spark's source went on past a deleted topic's planned batch"
+    if fail_on_data_loss == "true":
+        assert backlog_failure is not None, "format('backlog') went on past deleted records"
+        assert "no longer exists" in backlog_failure and f"{topic_name}-backlog-" in backlog_failure
+    else:
+        assert "could be determined" in kafka_failure
+        _, later_batches, active = outcomes["backlog"]
+        assert backlog_failure is None and active, backlog_failure
+        assert later_batches == [[]], later_batches
