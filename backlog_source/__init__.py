@@ -20,7 +20,7 @@ benchmarks use too; never on a query's path).
 The names of the user's driver program (the mode switch, the metrics) are imported when first
 used: Spark's Python processes (the source's runner on the driver, every executor worker)
 import this package to unpickle the source and its splits, and a fresh one pays every import
-at query start-up; they need only the data source (issue 35 item 6).
+at query start-up; they need only the data source.
 """
 
 from __future__ import annotations

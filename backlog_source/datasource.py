@@ -44,7 +44,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.batch_range import batch_reads
 from backlog_source.enumerator.enumerator import Enumerator
-from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
@@ -142,7 +142,7 @@ class BacklogBatchReader(DataSourceReader):
         settings = self.settings
         if settings is None:
             raise RuntimeError("the planner's settings are not shipped to executors")
-        client = KafkaOffsetsClient.from_settings(settings)
+        client = KafkaAdmin.from_settings(settings)
         try:
             reads = batch_reads(settings, client)
         finally:
@@ -177,7 +177,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def enumerator(self) -> Enumerator:
         if self._enumerator is None:
             settings = self._driver_settings()
-            client = KafkaOffsetsClient.from_settings(settings)
+            client = KafkaAdmin.from_settings(settings)
             control = ControlTopic(settings, client) if settings.backlog_enabled else None
             self._enumerator = Enumerator(settings, client, control)
         return self._enumerator

@@ -25,7 +25,7 @@ from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import SourceSettings, parse_options
 from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot
-from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 
@@ -81,7 +81,7 @@ def take_snapshot(
     :class:`~backlog_source.core.errors.KafkaUnavailableError`.
     """
     settings = parse_options({**options, "subscribe": topic, "failOnDataLoss": "true", "backlog.enabled": "false"})
-    client = KafkaOffsetsClient.from_settings(settings)
+    client = KafkaAdmin.from_settings(settings)
     try:
         count = client.partition_counts().get(topic)
         if not count:

@@ -26,7 +26,8 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.demo.embedded_broker import create_topic, start_broker
+from backlog_source.demo.embedded_broker import start_broker
+from backlog_source.demo.topics import create_topic
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.stats import fmt
 from benchmarks.harness.traffic import log_end_offsets

@@ -69,7 +69,7 @@ from pathlib import Path
 import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars
-from backlog_source.demo.embedded_broker import delete_topic, produce
+from backlog_source.demo.topics import delete_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.catch_up_job import to_arrow
 from benchmarks.harness.costs import MemorySampler

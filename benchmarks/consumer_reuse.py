@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, Producer
 
 from backlog_source.core.settings import parse_options
 from backlog_source.demo.apache_kafka import start_kafka
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit

@@ -33,7 +33,7 @@ from confluent_kafka import Consumer
 
 from backlog_source.core.settings import parse_options
 from backlog_source.demo.apache_kafka import kafka, kafka_version
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.topics import produce
 from backlog_source.reader.arrow import data_bytes
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split

@@ -50,7 +50,7 @@ import tempfile
 import time
 
 from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
 from benchmarks.harness.progress import ProgressLog, step_medians, step_table
 from benchmarks.harness.record_latency import timed_latencies

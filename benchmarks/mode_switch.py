@@ -57,7 +57,7 @@ import tempfile
 import time
 from dataclasses import asdict
 
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.topics import produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.progress import ProgressLog, commit_time_reaching, drain_batches, first_trigger_at, timestamp_s
 from benchmarks.harness.record_latency import record_latencies

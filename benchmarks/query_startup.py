@@ -33,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.pyspark_layout import RUNNER_MODULE, installed_spark_home, spark_worker_path
 from benchmarks.harness.results import machine, write_results

@@ -49,7 +49,7 @@ import time
 import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.bare_consumers import run_bare
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.costs import (

@@ -52,7 +52,7 @@ import time
 import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.costs import MemorySampler
 from benchmarks.harness.progress import ProgressLog, commit_time_reaching, drain_batches, step_table, timestamp_s

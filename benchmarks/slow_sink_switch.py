@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter
 
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.runs import rotated, wait_until

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.runs import backlog_stream, run_available_now

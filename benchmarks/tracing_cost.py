@@ -25,8 +25,8 @@ import sys
 import time
 
 from backlog_source.datasource import set_worker_environment
-from backlog_source.demo.embedded_broker import create_topic, produce
 from backlog_source.demo.otlp_receiver import OtlpReceiver
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.runs import rotated, run_source

@@ -33,7 +33,7 @@ import sys
 import pyspark
 
 from backlog_source.demo.apache_kafka import kafka_version
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from backlog_source.reader.kafka_reader import ARROW_BATCH_BYTES
 from backlog_source.split.batch_splits import TASK_BYTES
 from benchmarks.harness.broker_and_spark import kafka_and_spark

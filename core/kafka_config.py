@@ -64,10 +64,9 @@ class ClientRole(TextEnum):
 #: ``queued.max.messages.kbytes``: librdkafka fetches ahead until its queue holds this much
 #: (64 MiB by default), and a range that ends before the log end (every catch-up range) drops
 #: what was fetched past its end: the broker's, librdkafka's and the network's work for
-#: nothing, on the cores the readers share. 16 MiB bounds the waste at a catch-up task's half
-#: and costs a long read alone about a tenth of its speed (benchmarks/fetch_ahead.py); in a
-#: catch-up on 2 cores, where the waste competes with the readers, it is a net gain
-#: (benchmarks/README.md part 12). Without a ``fetch.max.bytes`` of the user's, librdkafka
+#: nothing, on the cores the readers share. 16 MiB bounds that waste at about half a catch-up
+#: task's range while a long read alone stays close to its speed with the default queue
+#: (measured by benchmarks/fetch_ahead.py; benchmarks/README.md part 12). Without a ``fetch.max.bytes`` of the user's, librdkafka
 #: also lowers a fetch request's size to the queue's (from 50 MiB).
 _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted",
                   "queued.max.messages.kbytes": 16_384}

@@ -39,10 +39,10 @@ from backlog_source.core.text_enum import TextEnum
 LATEST = -1
 EARLIEST = -2
 #: ``backlog.maxBytesPerTrigger`` when not set: half the largest catch-up batch that Spark's
-#: default driver (1 GiB heap) was seen to hand to a ``foreachBatch`` that converts it to
-#: Arrow (512 MiB held, a whole backlog of 1 GB did not), and large enough that a batch's fixed
-#: cost (about 0.5 s on 2 cores) is about a third of its time, where it was half at 128 MiB
-#: (benchmarks/README.md parts 11 and 12).
+#: default driver (1 GiB heap) hands to a ``foreachBatch`` converting it to Arrow, so a user
+#: who sets nothing never gets a batch the driver cannot hold; and large enough that a batch's
+#: fixed cost is a small share of its time (the measurements: benchmarks/README.md parts 11
+#: and 12).
 DEFAULT_BACKLOG_MAX_BYTES = 256 << 20
 
 

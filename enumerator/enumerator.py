@@ -168,7 +168,7 @@ class Enumerator:
         pending.update({b: positions[b] for b in start.snapshot_only})
         self._log_boundaries(source_id, pending, positions)
         trace, _ = advance(None, source_id, pending, {}, positions, self._now_ms())
-        return SourceOffset(source_id=source_id, positions=positions, backlog=pending,
+        return SourceOffset(source_id=source_id, positions=positions, pending=pending,
                             events_position=events_position, trace=trace, snapshot=start.snapshot,
                             topic_ids=covered.topic_ids, intervals=self._intervals())
 
@@ -228,13 +228,13 @@ class Enumerator:
         sizes (its readers report what they read), once per ``start``."""
         if self._settled is not None and self._settled[0] == start:
             return self._settled[1]
-        state = BacklogState(dict(start.backlog), dict(start.finishing), start.event_counts)
+        state = BacklogState(dict(start.pending), dict(start.finishing), start.event_counts)
         messages, events_position = [], start.events_position
         unread = start.snapshot.pending if start.snapshot else {}
         committed = {b: o for b, o in start.positions.items() if b not in unread}
         reported = start.plan is not None and start.plan.bytes is not None
         if self._control is not None and (reported or start.finishing
-                                          or any(committed.get(b, -1) >= o for b, o in start.backlog.items())):
+                                          or any(committed.get(b, -1) >= o for b, o in start.pending.items())):
             read = self._control.read_from(start.events_position)
             messages, events_position = read.values, read.next_position
         messages, sizes_read = split_size_reports(messages, start.source_id)
@@ -492,7 +492,7 @@ class Enumerator:
             source_id=start.source_id,
             positions=plan.end,
             starts=view.starts,
-            backlog=plan.state.pending,
+            pending=plan.state.pending,
             finishing=plan.state.finishing,
             events_position=events_position,
             event_counts=plan.state.counts,

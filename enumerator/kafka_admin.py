@@ -1,6 +1,6 @@
 """The enumerator's narrow view of Kafka: metadata and offsets, nothing else.
 
-:class:`OffsetsClient` is the protocol the enumerator depends on; :class:`KafkaOffsetsClient`
+:class:`OffsetsClient` is the protocol the enumerator depends on; :class:`KafkaAdmin`
 implements it with confluent-kafka's ``AdminClient`` and is the only module of the
 enumerator that imports confluent_kafka. Unit tests use an in-memory fake instead.
 
@@ -13,7 +13,7 @@ retries included (Spark's Kafka source gives each of its attempts the Java admin
 timeout of that name, 60 s by default). Inside the deadline a failed request is retried
 ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (1 s, Spark's), and a request
 that fails fast ("not leader for partition" from a broker that just came back) is asked
-again inside its attempt, as the Java admin client does (:meth:`KafkaOffsetsClient._call`). Errors that
+again inside its attempt, as the Java admin client does (:meth:`KafkaAdmin._call`). Errors that
 retrying cannot fix (a rejected configuration, failed authentication, missing
 authorization) are raised at once. Each offsets call is one batched ``ListOffsets`` request
 for all buckets (per broker), not one request per partition.
@@ -157,7 +157,7 @@ class _LastFailure(logging.Handler):
         self.line = record.getMessage().split("]: ", 2)[-1]
 
 
-class KafkaOffsetsClient:
+class KafkaAdmin:
     """:class:`OffsetsClient` over confluent-kafka's AdminClient, bounded by a
     :class:`RequestPolicy`."""
 
@@ -174,7 +174,7 @@ class KafkaOffsetsClient:
         self._failure: _LastFailure | None = None
 
     @classmethod
-    def from_settings(cls, settings: SourceSettings) -> "KafkaOffsetsClient":
+    def from_settings(cls, settings: SourceSettings) -> "KafkaAdmin":
         return cls(settings.kafka, RequestPolicy.of(settings))
 
     def __getstate__(self) -> dict:
@@ -470,7 +470,7 @@ _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
 
 @dataclass(frozen=True)
 class _Answer(Generic[T]):
-    """A request's answer, told apart from a failure :meth:`KafkaOffsetsClient._try` returns."""
+    """A request's answer, told apart from a failure :meth:`KafkaAdmin._try` returns."""
 
     value: T
 

@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 #: At most this many buckets are sampled per batch, the ones with the most lag first; each
 #: bucket is planned with its topic's figure (a wide topic in backlog costs one bounded fetch).
 MAX_SAMPLED = 32
-#: Per-partition fetch size of a sample, and the least a sampled partition gives. 64 KiB held
-#: one or two 16-64 KB records of a 10 % tail, and catch-up batches of mixed sizes overshot a
-#: 128 MiB budget by 16 % (143-154 MiB); 256 KiB: 133-141 MiB.
+#: Per-partition fetch size of a sample, and the least a sampled partition gives: large enough
+#: to hold several of the large records of a mix with a tail of them, or the sample misses
+#: them and the byte budget overshoots (benchmarks/README.md part 8).
 SAMPLE_FETCH_BYTES = 256 << 10
 #: What all of a batch's samples read together, at most: each sampled partition is read until
 #: it has given its share of this (never less than one fetch, :data:`SAMPLE_FETCH_BYTES`),
@@ -77,10 +77,9 @@ def pooled_by_topic(measured: Mapping[Bucket, tuple[int, int]], buckets: list[Bu
 
     Why pooled: one partition's fetch holds a few dozen records, too few for a mix with a tail
     of large ones, and a partition whose sample came out light is planned too many records.
-    Planned partition by partition, those errors add up instead of cancelling: catch-up
-    batches of 90 % 200 B and 10 % 16-64 KB records overshot a 128 MiB budget by up to 63 %
-    (``benchmarks/results/catch_up_budgets/catch_up_budgets_parquet_rounds``). Partitions of
-    one topic share its producers and so its mix of sizes."""
+    Planned partition by partition, those errors add up instead of cancelling, and a batch
+    overshoots its byte budget (benchmarks/README.md part 8). Partitions of one topic share
+    its producers and so its mix of sizes."""
     by_topic: dict[str, list[int]] = {}
     for bucket, (size, offsets) in measured.items():
         totals = by_topic.setdefault(bucket.topic, [0, 0])

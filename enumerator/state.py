@@ -185,7 +185,8 @@ class SourceOffset:
       batch's position: a bucket discovered in this batch (its earliest offset) or reset
       because its offsets moved backwards. ``partitions(start, end)`` reads
       ``[end.starts.get(b, start.positions[b]), end.positions[b])``.
-    * ``backlog``: the boundary of each bucket still below it once the batch is read.
+    * ``pending``: the boundary of each bucket still below it once the batch is read (the
+      checkpoint's ``"backlog"`` field).
     * ``finishing``: the boundary of each bucket this batch carries to (or past) it; the
       bucket leaves backlog when the batch commits, and the next batch records why (its
       event, or the committed position). Splits of these buckets carry the boundary, so the
@@ -201,7 +202,7 @@ class SourceOffset:
 
     source_id: str
     positions: dict[Bucket, int]
-    backlog: dict[Bucket, int] = field(default_factory=dict)
+    pending: dict[Bucket, int] = field(default_factory=dict)
     finishing: dict[Bucket, int] = field(default_factory=dict)
     starts: dict[Bucket, int] = field(default_factory=dict)
     events_position: int = 0
@@ -216,12 +217,12 @@ class SourceOffset:
     def processing_backlog(self) -> bool:
         """True while some bucket is still below its boundary once this batch is read: the
         flag a progress event reports for the batch that has just committed."""
-        return bool(self.backlog)
+        return bool(self.pending)
 
     @property
     def boundaries(self) -> dict[Bucket, int]:
         """Every boundary this batch's reads carry: still pending or reached by this batch."""
-        return {**self.finishing, **self.backlog}
+        return {**self.finishing, **self.pending}
 
     def read_start(self, previous: "SourceOffset", bucket: Bucket) -> int | None:
         """Where this batch begins reading ``bucket``, given the previous batch's end; None

@@ -95,7 +95,7 @@ def encode(offset: SourceOffset) -> dict[str, Any]:
         "source_id": offset.source_id,
         "positions": to_nested(offset.positions),
         "starts": to_nested(offset.starts),
-        "backlog": to_nested(offset.backlog),
+        "backlog": to_nested(offset.pending),
         "finishing": to_nested(offset.finishing),
         "processing_backlog": offset.processing_backlog,
         "events_position": offset.events_position,
@@ -125,7 +125,7 @@ def decode(data: Any) -> SourceOffset:
     return SourceOffset(
         source_id=source_id,
         positions=from_nested(data.get("positions", {}), "offset field 'positions'"),
-        backlog=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
+        pending=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
         finishing=from_nested(data.get("finishing", {}), "offset field 'finishing'"),
         starts=from_nested(data.get("starts", {}), "offset field 'starts'"),
         events_position=events_position,

@@ -4,9 +4,9 @@ Which process: a Python worker on an executor. Spark reuses a worker for task af
 (``spark.python.worker.reuse``, on by default) and ends it after a minute idle, so the pool
 lives as long as the worker and holds at most :data:`CAPACITY` idle consumers.
 
-Why: a fresh consumer first connects, asks for metadata and connects to each leader, ~7-12 ms
-on Apache Kafka before the first record (``benchmarks/consumer_reuse.py``), paid by every task
-of every small live batch; a kept consumer skips all of it.
+Why: a fresh consumer first connects, asks for metadata and connects to each leader before
+the first record (measured by ``benchmarks/consumer_reuse.py``), paid by every task of every
+small live batch; a kept consumer skips all of it.
 
 The contract that keeps reuse safe:
 

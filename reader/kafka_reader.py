@@ -45,9 +45,10 @@ log = logging.getLogger(__name__)
 #: Records per consume() call, and so at most per Arrow batch (measured in benchmarks/).
 CONSUME_BATCH = 10_000
 #: An Arrow batch holds about this many bytes at most, whatever the record size: each call
-#: asks for as many messages as fit, by the bytes per record of the batches before it. One
-#: call gathering 10,000 records of 256 KB made a 2.5 GB batch (a worker peaked at 2.66 GB
-#: reading 1 GB), and past 2 GiB in one call pyarrow cannot build the binary column at all.
+#: asks for as many messages as fit, by the bytes per record of the batches before it. A
+#: bound by count alone lets large records make a batch of gigabytes, a worker's peak memory a
+#: multiple of it (benchmarks/README.md part 10), and past 2 GiB in one call pyarrow cannot
+#: build the binary column at all.
 ARROW_BATCH_BYTES = 32 << 20
 #: The first call of a read asks for at most this many messages, before any size is known.
 FIRST_CONSUME = 256

@@ -704,7 +704,7 @@ class FakeAdmin:
 
 
 class RecordingControlReader:
-    """The control-topic reader (``events.channel.ControlTopicReader``) over a list of
+    """The control-topic reader (``events.control_topic.ControlTopicReader``) over a list of
     message values; records each position it was asked to read from."""
 
     def __init__(self, values=()):

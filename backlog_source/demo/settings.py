@@ -102,18 +102,18 @@ class DemoSettings(BaseSettings):
         return {key: str(value) for key, value in chosen.items() if value is not None}
 
     @property
-    def embedded(self) -> bool:
+    def starts_broker(self) -> bool:
         """The demo starts its own local broker (Apache Kafka or Tansu, see ``broker``)."""
         return self.bootstrap_servers is None
 
     @property
     def needs_seals(self) -> bool:
         """Producers must seal partitions: only on Tansu (``seal_partitions``)."""
-        return self.embedded and self.broker == "embedded"
+        return self.starts_broker and self.broker == "embedded"
 
     @property
     def seeding(self) -> bool:
-        return self.embedded if self.seed is None else self.seed
+        return self.starts_broker if self.seed is None else self.seed
 
     @property
     def live_records_per_second(self) -> int:

@@ -2,7 +2,7 @@
 
 Which process: the user's driver program. One record per produce request (``linger.ms=0``,
 ``batch.num.messages=1``), so the embedded broker's ListOffsets quirk (see
-:func:`backlog_source.demo.embedded_broker.seal_partitions`) never hides the newest records.
+:func:`backlog_source.demo.topics.seal_partitions`) never hides the newest records.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ backlog query the session starts (:mod:`.connect_starts`), and switches such a q
 stopping it after its running trigger and starting it again on its checkpoint (a new run
 under the same id: ``spark.streams.get(query_id)`` returns it). A query that can be switched
 neither way (started before ``install`` under Connect, restarts not allowed, a trigger other
-than a processing-time one such as ``availableNow``, a memory sink in append mode) is logged
+than a processing-time one such as ``availableNow``, a memory sink in append or update mode) is logged
 once and left as it runs; ``start_backlog_aware`` can switch it by restart.
 
 Per-query intervals: a query's source may set ``backlog.highThroughputInterval`` /
@@ -271,7 +271,7 @@ class SessionModeSwitch:
         if self._restarts is None:
             return "; restarts are not allowed (install(..., allow_restart=True) under Spark Connect)"
         return ("; it was started before install(), or its writer cannot restart (no checkpointLocation, "
-                "a memory sink in append mode)")
+                "a memory sink in append or update mode)")
 
     def _note_trigger(self, query_id: str, started_ms: int, ended_by: SwitchEndedBy) -> None:
         """The first trigger of ``query_id`` that started after its switch was applied runs

@@ -19,7 +19,7 @@ server a command and then joins its event thread *while holding the bus lock*; t
 takes the same lock in ``post_to_all`` to deliver each event. An event already on its way
 (a stopped query's ``QueryTerminatedEvent``, a low-latency query's progress and idle events,
 any other query's) blocks the event thread on the lock, and ``remove`` waits for that thread
-forever: a stop that never returns (issue 33, item 4). No caller can know that no event is on
+forever: a stop that never returns (seen on Spark Connect). No caller can know that no event is on
 its way, so the only safe ``removeListener`` is none: a query that ends only detaches here,
 and the listener stays registered for the session's life (events of queries nobody follows
 are dropped before they are parsed). Classic PySpark's ``removeListener`` has no such lock,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from backlog_source.demo.apache_kafka import spark_kafka_connector_jars, start_kafka
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.progress import ProgressLog
 from benchmarks.harness.runs import backlog_stream, run_available_now
 

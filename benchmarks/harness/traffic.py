@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from benchmarks.harness.progress import offset_of
 from benchmarks.harness.runs import wait_until
 

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from backlog_source.core.errors import MalformedEvent
-from backlog_source.demo.embedded_broker import create_topic, produce, wait_for  # noqa: F401  (re-exported)
+from backlog_source.demo.topics import create_topic, produce, wait_for  # noqa: F401  (re-exported)
 from backlog_source.events.finish_event import BacklogFinishEvent
 
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from backlog_source.demo.embedded_broker import delete_topic, produce
+from backlog_source.demo.topics import delete_topic, produce
 from backlog_source.events.finish_event import BacklogFinishEvent
 from tests.integration.helpers import (
     fill,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from tests.integration.differential import BASE_TS, both, fill_counts
 
 pytestmark = pytest.mark.integration

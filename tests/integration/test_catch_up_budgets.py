@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.topics import produce
 from backlog_source.events.sizes_report import split_size_reports
 from tests.integration.differential import start
 from tests.integration.helpers import control_messages, make_topic

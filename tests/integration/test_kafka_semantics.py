@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from backlog_source.demo.embedded_broker import create_topic, delete_topic, produce
+from backlog_source.demo.topics import create_topic, delete_topic, produce
 from tests.integration.differential import SourceFailed, outcome, run_to_end, start
 from tests.integration.helpers import log_end_offsets, make_topic, reader, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from backlog_source.core.settings import parse_options
-from backlog_source.demo.embedded_broker import create_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit

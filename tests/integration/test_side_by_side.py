@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.topics import produce
 from tests.integration.differential import run_to_end, start
 from tests.integration.helpers import make_topic, wait_for
 

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from tests.integration.differential import SourceFailed, outcome
 
 pytestmark = pytest.mark.integration

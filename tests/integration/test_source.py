@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.demo.embedded_broker import delete_topic
+from backlog_source.demo.topics import delete_topic
 from tests.integration.helpers import (
     fill,
     log_end_offsets,

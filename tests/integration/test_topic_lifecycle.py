@@ -11,7 +11,7 @@ import json
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.demo.embedded_broker import create_topic, delete_topic, produce
+from backlog_source.demo.topics import create_topic, delete_topic, produce
 from tests.integration.differential import SourceFailed, outcome, run_to_end, start, wait_rows
 from tests.integration.helpers import make_topic, wait_for, wait_for_progress
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from backlog_source.demo.embedded_broker import create_topic
+from backlog_source.demo.topics import create_topic
 from tests.integration.differential import both, fill_counts, start, wait_rows
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from backlog_source import start_backlog_aware
 from backlog_source.demo.apache_kafka import kafka
-from backlog_source.demo.embedded_broker import produce
+from backlog_source.demo.topics import produce
 from tests.integration.helpers import caught_up, log_end_offsets, make_topic, reader, wait_for, written_pairs
 
 pytestmark = pytest.mark.integration

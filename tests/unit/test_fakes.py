@@ -16,7 +16,7 @@ from pyspark.sql.connect.streaming.query import StreamingQueryManager as Connect
 from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectDataStreamWriter
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient, OffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaAdmin, OffsetsClient
 from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from backlog_source.mode_switch.controller import BacklogAwareQuery
@@ -26,7 +26,7 @@ from tests import fakes
 
 #: (fake, the real classes it stands in for, methods only tests call: scripting the fake)
 PAIRS = [
-    (fakes.FakeOffsetsClient, (OffsetsClient, KafkaOffsetsClient), {"append", "delete", "recreate"}),
+    (fakes.FakeOffsetsClient, (OffsetsClient, KafkaAdmin), {"append", "delete", "recreate"}),
     (fakes.FakeControlTopic, (ControlTopic,), set()),
     (fakes.FakeRecordSizes, (RecordSizes, KafkaRecordSizes), set()),
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),

@@ -70,7 +70,8 @@ def check_a_stream_from_a_snapshot() -> None:
 
     from backlog_source import BacklogDataSource
     from backlog_source.core.snapshot_manifest import load_manifest
-    from backlog_source.demo.embedded_broker import create_topic, embedded_broker, produce
+    from backlog_source.demo.embedded_broker import embedded_broker
+    from backlog_source.demo.topics import create_topic, produce
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # The pip-only path (no Java build tools): the embedded Tansu broker from the 'demo' extra,

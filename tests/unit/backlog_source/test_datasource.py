@@ -17,7 +17,7 @@ SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "m
 def test_partitions_translates_spark_offsets_to_the_enumerators_splits():
     # The planning itself is tested in tests/unit/split/test_batch_splits.py.
     start = SourceOffset("x", {A0: 0})
-    end = SourceOffset("x", {A0: 120}, backlog={A0: 120})
+    end = SourceOffset("x", {A0: 120}, pending={A0: 120})
     reader = BacklogStreamReader(SETTINGS)
     splits = reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
     assert splits == plan_splits(end.reads_since(start), SETTINGS) == reader.partitions(offset_codec.encode(start), offset_codec.encode(end))

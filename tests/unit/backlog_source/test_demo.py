@@ -33,7 +33,7 @@ def test_defaults_are_the_issue_sizes_on_the_embedded_broker(no_backlog_env):
     settings = parse([])
     assert (settings.backlog_records, settings.partitions, settings.live_records_per_second, settings.live_seconds) == (
         2_000_000, 8, 1_000, 60.0)
-    assert settings.embedded and settings.seeding
+    assert settings.starts_broker and settings.seeding
 
 
 def test_flags_beat_environment_which_beats_dotenv(no_backlog_env, tmp_path):

@@ -53,26 +53,26 @@ def checkpointed(offset: SourceOffset) -> SourceOffset:
 def test_boundaries_are_the_log_end_at_start_and_empty_buckets_have_none():
     enumerator, _, _ = make()
     start = enumerator.initial_offset()
-    assert start.backlog == {A0: 100, A2: 30}  # a-1 is empty: no backlog, no event expected
+    assert start.pending == {A0: 100, A2: 30}  # a-1 is empty: no backlog, no event expected
     assert start.processing_backlog
 
 
 def test_latest_start_has_no_backlog():
     enumerator, _, _ = make({"startingOffsets": "latest"})
     start = enumerator.initial_offset()
-    assert start.backlog == {} and not start.processing_backlog
+    assert start.pending == {} and not start.processing_backlog
 
 
 def test_read_committed_boundary_is_the_last_stable_offset():
     enumerator, _, _ = make({"kafka.isolation.level": "read_committed"}, stable={A0: 80})
-    assert enumerator.initial_offset().backlog[A0] == 80
+    assert enumerator.initial_offset().pending[A0] == 80
 
 
 def test_the_batch_that_reaches_every_boundary_already_reports_no_backlog():
     enumerator, _, _ = make()
     first = enumerator.latest_offset(enumerator.initial_offset(), ALL)
     assert not first.processing_backlog  # no extra batch is needed to drop the flag
-    assert first.finishing == {A0: 100, A2: 30} and first.backlog == {}
+    assert first.finishing == {A0: 100, A2: 30} and first.pending == {}
     assert first.boundaries == {A0: 100, A2: 30}  # its splits still carry them to the readers
 
 
@@ -159,7 +159,7 @@ def test_a_restart_after_downtime_is_a_new_backlog_phase():
     client.append("a", 1, 5)
     budget = ReadBudget(max_records=None, backlog_max_records=20)
     first = restarted(client).latest_offset(checkpointed(caught_up), budget)
-    assert first.processing_backlog and first.backlog == {A0: 400, A1: 15}
+    assert first.processing_backlog and first.pending == {A0: 400, A1: 15}
     assert sum(first.positions.values()) - sum(caught_up.positions.values()) in range(19, 22)  # the backlog limit
     assert first.trace.ids.trace_id != caught_up.trace.ids.trace_id  # a new phase, a new trace
 
@@ -219,10 +219,10 @@ def test_reentry_needs_the_high_water_mark_and_more_than_one_batch():
     client.append("a", 0, 60)
     client.append("a", 1, 10)
     entered = enumerator.latest_offset(offset, budget)
-    assert entered.backlog == {A0: 160, A1: 50}
+    assert entered.pending == {A0: 160, A1: 50}
     client.append("a", 0, 1000)  # more lag while in backlog does not move the boundaries
     still = enumerator.latest_offset(entered, budget)
-    assert still.backlog == entered.backlog
+    assert still.pending == entered.pending
 
 
 def test_a_burst_one_batch_absorbs_never_enters_backlog():
@@ -234,7 +234,7 @@ def test_a_burst_one_batch_absorbs_never_enters_backlog():
     for burst in (40, 60, 120, 180):
         client.append("a", 0, burst)
         offset = enumerator.latest_offset(offset, ReadBudget(max_records=200))
-        assert not offset.processing_backlog and offset.backlog == {}
+        assert not offset.processing_backlog and offset.pending == {}
 
 
 def test_reentry_rules_in_isolation():
@@ -264,7 +264,7 @@ def test_backlog_disabled_records_nothing_and_reads_no_events():
     enumerator, _, control = make({"backlog.enabled": "false"})
     start = enumerator.initial_offset()
     end = enumerator.latest_offset(start, ALL)
-    assert start.backlog == {} and end.boundaries == {} and control.reads == 0 and control.opened == 0
+    assert start.pending == {} and end.boundaries == {} and control.reads == 0 and control.opened == 0
 
 
 def test_pure_state_rules():

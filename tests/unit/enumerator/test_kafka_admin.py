@@ -1,4 +1,4 @@
-"""KafkaOffsetsClient's contract without a broker: one deadline for a call, retries inside
+"""KafkaAdmin's contract without a broker: one deadline for a call, retries inside
 it, configuration errors raised at once, secrets never in a message, missing topics left out.
 The AdminClient is a fake that answers from a script; the clock and sleep are fakes too."""
 
@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
-from backlog_source.enumerator.kafka_admin import KafkaOffsetsClient, RequestPolicy, TopicsDeletedError
+from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
 SECRET = "s3cret-pass"
@@ -24,7 +24,7 @@ A0, A1 = Bucket("a", 0), Bucket("a", 1)
 def client(script, policy=RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10), cost_s=0.0):
     clock = FakeClock(1000.0)
     admin = FakeAdmin(script, clock, cost_s)
-    return KafkaOffsetsClient(KAFKA, policy, clock=clock, sleep=clock.sleep, admin_factory=admin), admin, clock
+    return KafkaAdmin(KAFKA, policy, clock=clock, sleep=clock.sleep, admin_factory=admin), admin, clock
 
 
 def test_one_batched_request_for_every_bucket():
@@ -150,7 +150,7 @@ def test_an_invalid_client_configuration_is_a_config_error():
     def refuse(config):
         raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"No such configuration property: {SECRET}"))
 
-    offsets_client = KafkaOffsetsClient(KAFKA, admin_factory=refuse)
+    offsets_client = KafkaAdmin(KAFKA, admin_factory=refuse)
     with pytest.raises(ConfigError, match="not a valid client configuration") as raised:
         offsets_client.latest_offsets([A0])
     assert SECRET not in str(raised.value)
@@ -272,7 +272,7 @@ def test_ensure_topic_that_cannot_be_created_names_the_option():
 
 
 def test_a_pickled_client_reconnects_instead_of_carrying_its_admin_client():
-    offsets_client = KafkaOffsetsClient(KAFKA)  # a real AdminClient: creating one does not connect
+    offsets_client = KafkaAdmin(KAFKA)  # a real AdminClient: creating one does not connect
     live = offsets_client._client()
     copy = pickle.loads(pickle.dumps(offsets_client))
     assert copy._admin is None and offsets_client._admin is live
@@ -291,7 +291,7 @@ def test_attempts_share_the_deadline_and_each_retry_starts_from_a_fresh_client()
         made.append(config)
         return admin
 
-    offsets_client = KafkaOffsetsClient(KAFKA, RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10),
+    offsets_client = KafkaAdmin(KAFKA, RequestPolicy(timeout_ms=30_000, num_retries=3, retry_interval_ms=10),
                                         clock=clock, sleep=clock.sleep, admin_factory=factory)
     assert offsets_client.latest_offsets([A0]) == {A0: 7}
     assert len(made) == 2  # the retry asked through a new client
@@ -319,7 +319,7 @@ def test_the_admin_client_is_created_once_and_kept_across_calls():
         made.append(config)
         return FakeAdmin([offsets({A0: 1}), offsets({A0: 2})])
 
-    offsets_client = KafkaOffsetsClient(KAFKA, admin_factory=factory)
+    offsets_client = KafkaAdmin(KAFKA, admin_factory=factory)
     assert offsets_client.latest_offsets([A0]) == {A0: 1}
     assert offsets_client.latest_offsets([A0]) == {A0: 2}
     assert len(made) == 1 and made[0]["client.id"] == "backlog-source-admin"

@@ -90,7 +90,7 @@ def test_reset_and_vanished_buckets_say_so_and_a_reset_one_opens_a_new_span():
 
 def test_the_trace_survives_the_offset_dict_and_splits_get_bucket_context():
     trace = started()
-    offset = SourceOffset("src", {A0: 0, A1: 10}, backlog={A0: 100, A1: 50}, trace=trace)
+    offset = SourceOffset("src", {A0: 0, A1: 10}, pending={A0: 100, A1: 50}, trace=trace)
     restored = offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset))))
     assert restored.trace == trace
     parsed = SpanContextIds.parse(bucket_traceparent(restored.trace, A0))

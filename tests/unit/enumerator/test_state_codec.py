@@ -21,7 +21,7 @@ def sample() -> SourceOffset:
     return SourceOffset(
         source_id="abc",
         positions={Bucket("orders", 1): 998, Bucket("orders", 0): 1234, Bucket("b", 0): 0},
-        backlog={Bucket("orders", 1): 5000},
+        pending={Bucket("orders", 1): 5000},
         finishing={Bucket("orders", 0): 1200},
         starts={Bucket("b", 0): 0},
         events_position=17,
@@ -62,7 +62,7 @@ def test_every_released_version_is_read_forever():
     read = {path.stem: offset_codec.decode(json.loads(path.read_text())) for path in sorted(FIXTURES.glob("*.json"))}
     assert {name.split("-")[0] for name in read} == {"v1"}
     mid = read["v1-mid-backlog"]
-    assert mid.processing_backlog and mid.backlog == {O0: 10001, O1: 10001} and mid.finishing == {}
+    assert mid.processing_backlog and mid.pending == {O0: 10001, O1: 10001} and mid.finishing == {}
     assert mid.positions == {O0: 6000, O1: 6000} and mid.trace.bucket_count == 2
     # 0.1.0 kept a boundary its batch had reached in "backlog" until the next batch: that is
     # "finishing" now, so the upgraded query does not report backlog that is already read.
@@ -79,7 +79,7 @@ def test_a_v1_bucket_whose_snapshot_is_unread_stays_pending():
     data = {"v": 1, "source_id": "x", "positions": {"t": {"0": 50}}, "backlog": {"t": {"0": 50}},
             "snapshot": {"root": "/s", "id": "i", "pending": {"t": {"0": ["f.parquet"]}}}}
     offset = offset_codec.decode(data)
-    assert offset.backlog == {Bucket("t", 0): 50} and offset.finishing == {}
+    assert offset.pending == {Bucket("t", 0): 50} and offset.finishing == {}
 
 
 def test_reported_offsets_of_other_sources_are_not_ours():
