@@ -138,3 +138,35 @@ def test_catch_up_tasks_report_exactly_the_bytes_they_read_for_the_next_plan(spa
     assert reported[topic_name].offsets == sum(len(ours.batches[b]) for b in reporting)
     sizes = [batch_bytes(b) for b in ours.batches if b]
     assert max(sizes) <= budget + 2 * 108, sizes
+
+
+def test_tasks_reading_several_topics_report_each_topics_bytes(spark, broker, topic_name, tmp_path):
+    """Two topics of different record sizes (108 B and 2,008 B) read by one query, often by
+    the same task: each task's report splits what it read by topic, and the reports add up,
+    per topic, to the bytes and records the sink received in the batches that carry them.
+    The byte budget bounds every batch whatever its topics' mix."""
+    small, large = f"{topic_name}-small", f"{topic_name}-large"
+    make_topic(broker, small, 2)
+    make_topic(broker, large, 2)
+    produce(broker.bootstrap_servers, small, small_records(2, 2_000))
+    produce(broker.bootstrap_servers, large, ((p, f"k{n:07d}".encode(), b"L" * 2_000) for n in range(150) for p in (0, 1)))
+    control = f"{topic_name}-events"
+    budget = 250_000
+    query, ours = start(spark, "backlog", broker.bootstrap_servers,
+                        {"subscribe": f"{small},{large}", "startingOffsets": "earliest"}, tmp_path / "backlog",
+                        trigger={"availableNow": True},
+                        backlog_only={"backlog.maxBytesPerTrigger": budget, "backlog.eventsTopic": control})
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert len(ours.rows()) == 4_000 + 300
+    ends = {p["batchId"]: json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress if p["numInputRows"]}
+    reporting = [batch for batch, end in ends.items() if end["plan"].get("bytes")]
+    assert len(reporting) >= 2, ends
+    _, reported = split_size_reports(control_messages(broker, control), next(iter(ends.values()))["source_id"])
+    assert set(reported) == {small, large}, reported
+    for topic in (small, large):
+        rows = [r for b in reporting for r in ours.batches[b] if r[2] == topic]
+        assert reported[topic].bytes == batch_bytes(rows), topic
+        assert reported[topic].offsets == len(rows), topic
+    sizes = [batch_bytes(b) for b in ours.batches if b]
+    assert len(sizes) > 2 and max(sizes) <= budget + 2 * 2 * 2_008, sizes
