@@ -1,9 +1,11 @@
 """How to reach the Kafka cluster, and the one factory of librdkafka configuration dicts.
 
 :class:`KafkaClientConfig` is what every process that talks to Kafka needs and nothing more:
-the bootstrap servers, the user's ``kafka.*`` settings (secrets held as ``SecretStr``) and
+the bootstrap servers, the user's ``kafka.*`` settings (secrets held as :class:`Secret`) and
 the group id. It is frozen and picklable, so it is what crosses from the driver to
-executors (inside :class:`~backlog_source.core.settings.ReaderConfig`).
+executors (inside :class:`~backlog_source.core.settings.ReaderConfig`). It is a plain
+dataclass: every Python process that unpickles it (the source's runner on the driver, each
+executor worker) imports this module, and a model library would be imported with it.
 
 :meth:`KafkaClientConfig.librdkafka` builds the configuration of every client the project
 creates, by :class:`ClientRole`; the settings a role relies on (never join a group, never
@@ -16,11 +18,38 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
-
 from backlog_source.core.text_enum import TextEnum
+
+
+class Secret:
+    """A secret setting's value: masked in ``repr`` and ``str`` (so in logs, tracebacks and
+    error messages); :meth:`get_secret_value` is the one way to read it. Picklable."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    def __str__(self) -> str:
+        return "**********"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self):
+        return Secret, (self._value,)
 
 
 class IsolationLevel(TextEnum):
@@ -118,19 +147,24 @@ _CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.a
                   "fetch.queue.backoff.ms")
 
 
-class KafkaClientConfig(BaseModel):
+@dataclass(frozen=True)
+class KafkaClientConfig:
     """The connection and security settings of one source; frozen, picklable, secrets masked.
 
     ``params`` are the user's non-secret ``kafka.*`` settings (librdkafka names),
-    ``secrets`` the secret ones (their values appear only in :meth:`librdkafka`).
+    ``secrets`` the secret ones (their values appear only in :meth:`librdkafka`; a plain
+    string given here is wrapped in a :class:`Secret`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     bootstrap_servers: str
-    params: Mapping[str, str] = Field(default_factory=dict)
-    secrets: Mapping[str, SecretStr] = Field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, Secret] = field(default_factory=dict)
     group_id_prefix: str = "spark-kafka-source"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", {str(k): str(v) for k, v in self.params.items()})
+        object.__setattr__(self, "secrets", {str(k): v if isinstance(v, Secret) else Secret(str(v))
+                                             for k, v in self.secrets.items()})
 
     @property
     def isolation_level(self) -> IsolationLevel:

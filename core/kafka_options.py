@@ -26,10 +26,9 @@ import re
 from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException
-from pydantic import SecretStr
 
 from backlog_source.core.errors import ConfigError
-from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
+from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig, Secret
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
     options = dict(options)
     bootstrap = options.pop("bootstrap.servers", "").strip()
     params: dict[str, str] = {}
-    secrets: dict[str, SecretStr] = {}
+    secrets: dict[str, Secret] = {}
     written_as: dict[str, str] = {}  # librdkafka name -> the name the user wrote
     for key, raw in sorted(options.items()):
         option = f"kafka.{key}"
@@ -92,14 +91,14 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
             # Java clients take credentials as JAAS; librdkafka as plain settings.
             username, password = _parse_jaas(raw)
             params["sasl.username"] = username
-            secrets["sasl.password"] = SecretStr(password)
+            secrets["sasl.password"] = Secret(password)
             continue
         if key == "isolation.level" and raw not in {level.value for level in IsolationLevel}:
             raise ConfigError(f"option '{option}' must be 'read_uncommitted' or 'read_committed', got {raw!r}")
         name = JAVA_TO_LIBRDKAFKA.get(key, key)
         written_as[name] = key
         if is_secret_key(name):
-            secrets[name] = SecretStr(raw)
+            secrets[name] = Secret(raw)
         else:
             params[name] = raw
     if not bootstrap:
@@ -114,7 +113,7 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
     return KafkaClientConfig(bootstrap_servers=bootstrap, params=params, secrets=secrets, group_id_prefix=group_id_prefix)
 
 
-def _drop_unknown(params: dict[str, str], secrets: dict[str, SecretStr], written_as: Mapping[str, str]) -> list[str]:
+def _drop_unknown(params: dict[str, str], secrets: dict[str, Secret], written_as: Mapping[str, str]) -> list[str]:
     """Remove the keys librdkafka does not know; raise ConfigError for a value it rejects.
 
     librdkafka checks every setting when a client is built; a client without bootstrap

@@ -1,9 +1,11 @@
-"""Source options: Spark's string options parsed into one frozen, validated model.
+"""Source options: Spark's string options parsed into one frozen, validated dataclass.
 
-Which process: the model is built in the Python worker that Spark starts to create the data
-source (so a bad option fails at ``load()``, before any data is read), then pickled to the
-driver's planner worker. Executors get only :class:`ReaderConfig`, the narrow part a read
-needs.
+Which process: the settings are built in the Python worker that Spark starts to create the
+data source (so a bad option fails at ``load()``, before any data is read), and again from
+the same options in the source's runner on the driver, which plans the batches. Executors
+get only :class:`ReaderConfig`, the narrow part a read needs. Plain dataclasses and parser
+functions, no model library: each of those processes is fresh and imports this module at a
+query's start, so its import is part of every query's start-up.
 
 The option names and meanings are those of Spark's built-in Kafka source, so that
 ``format("kafka")`` can become ``format("backlog")`` with nothing else changed, plus the
@@ -20,11 +22,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.byte_sizes import EXAMPLES as BYTE_EXAMPLES
@@ -217,13 +217,16 @@ def _duration(raw: Any) -> int:
         raise ValueError(f"must be a duration such as '500ms', '30s', '15m', '1h', got {raw!r}") from None
 
 
-StrictBool = Annotated[bool, BeforeValidator(_strict_bool)]
-PositiveNumber = Annotated[int, BeforeValidator(_whole_number(1, "a positive whole number"))]
-NonNegativeNumber = Annotated[int, BeforeValidator(_whole_number(0, "zero or a positive whole number"))]
-Timestamp = Annotated[int, BeforeValidator(_whole_number(0, "a timestamp in ms since the epoch (>= 0)"))]
-Text = Annotated[str, BeforeValidator(_text)]
-DurationMs = Annotated[int, BeforeValidator(_duration)]
-ByteSize = Annotated[int, BeforeValidator(_byte_size)]
+_positive = _whole_number(1, "a positive whole number")
+_non_negative = _whole_number(0, "zero or a positive whole number")
+_timestamp = _whole_number(0, "a timestamp in ms since the epoch (>= 0)")
+
+
+def option(name: str | None, parse: Callable[[Any], Any], default: Any = None, **kwargs: Any) -> Any:
+    """A field of :class:`SourceSettings`: ``name`` is its documented option name (None: the
+    field's own name), ``parse`` turns an option's string (or an already typed value) into
+    the field's value or raises ``ValueError("must ...")``."""
+    return field(default=default, metadata={"option": name, "parse": parse}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -241,89 +244,102 @@ class ReaderConfig:
     events_topic: str | None
 
 
-class SourceSettings(BaseModel):
+@dataclass(frozen=True)
+class SourceSettings:
     """Every option of one ``format("backlog")`` source, typed and checked.
 
-    Built by :func:`parse_options`; construct it directly only in tests (by field name).
-    Frozen and picklable; secrets stay inside :attr:`kafka` as ``SecretStr``.
+    Built by :func:`parse_options`; construct it directly only in tests (by field name: each
+    value goes through its option's parser, as an option string would). Frozen and
+    picklable; secrets stay inside :attr:`kafka` as :class:`~backlog_source.core.kafka_config.Secret`.
+    Raises :class:`ConfigError` naming every option whose value is not allowed.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     kafka: KafkaClientConfig
 
     # Subscription: exactly one of these three.
-    subscribe: Annotated[tuple[str, ...], BeforeValidator(_topics)] | None = None
-    subscribe_pattern: Annotated[str, BeforeValidator(_pattern)] | None = Field(None, alias="subscribePattern")
-    assign: Annotated[tuple[Bucket, ...], BeforeValidator(_assign)] | None = None
+    subscribe: tuple[str, ...] | None = option(None, _topics)
+    subscribe_pattern: str | None = option("subscribePattern", _pattern)
+    assign: tuple[Bucket, ...] | None = option(None, _assign)
 
     # Where a new query starts. Precedence as in Spark: starting_timestamp, then
     # starting_offsets_by_timestamp, then starting_offsets.
-    starting_offsets: Annotated[StartingPoint | dict[Bucket, int], BeforeValidator(_starting_offsets)] = Field(
-        StartingPoint.LATEST, alias="startingOffsets"
-    )
-    starting_timestamp: Timestamp | None = Field(None, alias="startingTimestamp")
-    starting_offsets_by_timestamp: Annotated[dict[Bucket, int], BeforeValidator(_offsets_by_timestamp)] | None = Field(
-        None, alias="startingOffsetsByTimestamp"
-    )
-    starting_offsets_by_timestamp_strategy: Annotated[str, BeforeValidator(_timestamp_strategy)] = Field(
-        "error", alias="startingOffsetsByTimestampStrategy"
-    )
+    starting_offsets: StartingPoint | dict[Bucket, int] = option("startingOffsets", _starting_offsets,
+                                                                 StartingPoint.LATEST)
+    starting_timestamp: int | None = option("startingTimestamp", _timestamp)
+    starting_offsets_by_timestamp: dict[Bucket, int] | None = option("startingOffsetsByTimestamp",
+                                                                      _offsets_by_timestamp)
+    starting_offsets_by_timestamp_strategy: str = option("startingOffsetsByTimestampStrategy", _timestamp_strategy,
+                                                         "error")
     # Where a batch read ends (spark.read only; a streaming query refuses them). Precedence
     # as in Spark: ending_timestamp, then ending_offsets_by_timestamp, then ending_offsets.
-    ending_offsets: Annotated[StartingPoint | dict[Bucket, int], BeforeValidator(_ending_offsets)] = Field(
-        StartingPoint.LATEST, alias="endingOffsets"
-    )
-    ending_timestamp: Timestamp | None = Field(None, alias="endingTimestamp")
-    ending_offsets_by_timestamp: Annotated[dict[Bucket, int], BeforeValidator(_offsets_by_timestamp)] | None = Field(
-        None, alias="endingOffsetsByTimestamp"
-    )
+    ending_offsets: StartingPoint | dict[Bucket, int] = option("endingOffsets", _ending_offsets, StartingPoint.LATEST)
+    ending_timestamp: int | None = option("endingTimestamp", _timestamp)
+    ending_offsets_by_timestamp: dict[Bucket, int] | None = option("endingOffsetsByTimestamp", _offsets_by_timestamp)
 
-    fail_on_data_loss: StrictBool = Field(True, alias="failOnDataLoss")
-    max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="maxOffsetsPerTrigger")
-    min_offsets_per_trigger: PositiveNumber | None = Field(None, alias="minOffsetsPerTrigger")
-    max_trigger_delay_ms: DurationMs = Field(15 * 60 * 1000, alias="maxTriggerDelay")
-    min_partitions: PositiveNumber | None = Field(None, alias="minPartitions")
-    max_records_per_partition: PositiveNumber | None = Field(None, alias="maxRecordsPerPartition")
-    include_headers: StrictBool = Field(False, alias="includeHeaders")
-    poll_timeout_ms: PositiveNumber = Field(120_000, alias="kafkaConsumer.pollTimeoutMs")
-    fetch_offset_num_retries: NonNegativeNumber = Field(3, alias="fetchOffset.numRetries")
+    fail_on_data_loss: bool = option("failOnDataLoss", _strict_bool, True)
+    max_offsets_per_trigger: int | None = option("maxOffsetsPerTrigger", _positive)
+    min_offsets_per_trigger: int | None = option("minOffsetsPerTrigger", _positive)
+    max_trigger_delay_ms: int = option("maxTriggerDelay", _duration, 15 * 60 * 1000)
+    min_partitions: int | None = option("minPartitions", _positive)
+    max_records_per_partition: int | None = option("maxRecordsPerPartition", _positive)
+    include_headers: bool = option("includeHeaders", _strict_bool, False)
+    poll_timeout_ms: int = option("kafkaConsumer.pollTimeoutMs", _positive, 120_000)
+    fetch_offset_num_retries: int = option("fetchOffset.numRetries", _non_negative, 3)
     #: Spark's code waits 1000 ms (KafkaOffsetReaderAdmin; its documentation says 10): the
     #: pause that lets a new leader's log end catch up before a log end below the offsets
     #: already read counts as data loss (KAFKA-7703).
-    fetch_offset_retry_interval_ms: NonNegativeNumber = Field(1_000, alias="fetchOffset.retryIntervalMs")
+    fetch_offset_retry_interval_ms: int = option("fetchOffset.retryIntervalMs", _non_negative, 1_000)
     #: One deadline for each driver-side Kafka request (metadata, offsets), retries included.
     #: Spark's Kafka source gives each of its attempts the Java admin client's timeout of the
     #: same name (60 s by default); one shared deadline fails a wrong bootstrap sooner.
-    api_timeout_ms: PositiveNumber = Field(30_000, alias="kafka.default.api.timeout.ms")
+    api_timeout_ms: int = option("kafka.default.api.timeout.ms", _positive, 30_000)
 
-    backlog_enabled: StrictBool = Field(True, alias="backlog.enabled")
-    backlog_events_topic: Text = Field("_backlog_events", alias="backlog.eventsTopic")
-    backlog_reenter_lag: PositiveNumber | None = Field(None, alias="backlog.reenterLag")
-    backlog_max_offsets_per_trigger: PositiveNumber | None = Field(None, alias="backlog.maxOffsetsPerTrigger")
+    backlog_enabled: bool = option("backlog.enabled", _strict_bool, True)
+    backlog_events_topic: str = option("backlog.eventsTopic", _text, "_backlog_events")
+    backlog_reenter_lag: int | None = option("backlog.reenterLag", _positive)
+    backlog_max_offsets_per_trigger: int | None = option("backlog.maxOffsetsPerTrigger", _positive)
     #: While processing backlog, a batch reads about this many bytes of keys, values and
     #: headers at most, planned per partition from the record sizes measured there
     #: (enumerator/record_sizes.py). On by default: a job restarted after downtime must not
     #: plan one batch of its whole backlog, which no record count bounds in bytes.
-    backlog_max_bytes_per_trigger: ByteSize | None = Field(DEFAULT_BACKLOG_MAX_BYTES, alias="backlog.maxBytesPerTrigger")
+    backlog_max_bytes_per_trigger: int | None = option("backlog.maxBytesPerTrigger", _byte_size,
+                                                       DEFAULT_BACKLOG_MAX_BYTES)
     #: While processing backlog, size each batch so it takes about this long, from the
     #: throughput the query achieved on its previous batches (sink included). Off by default.
-    backlog_target_batch_duration_ms: DurationMs | None = Field(None, alias="backlog.targetBatchDuration")
+    backlog_target_batch_duration_ms: int | None = option("backlog.targetBatchDuration", _duration)
     #: Opt-in: while the source finds nothing new it asks Kafka again at most this often
     #: (Spark polls an idle source about every 10 ms with a "0 seconds" trigger). Off (0) by
     #: default, as in Spark's source, because an answer from the cache tells Spark "nothing
     #: new" for records already in Kafka, and ``processAllAvailable()`` then returns without
     #: them (docs/reading.md, "Idle polling").
-    backlog_min_poll_interval_ms: NonNegativeNumber = Field(0, alias="backlog.minPollIntervalMs")
+    backlog_min_poll_interval_ms: int = option("backlog.minPollIntervalMs", _non_negative, 0)
     #: This query's own trigger intervals for ``backlog_source.install`` (while processing
     #: backlog / once caught up), overriding the installation's; carried to the driver program
     #: in the offset dict. Unset: the installation's intervals.
-    backlog_high_throughput_interval_ms: DurationMs | None = Field(None, alias="backlog.highThroughputInterval")
-    backlog_low_latency_interval_ms: DurationMs | None = Field(None, alias="backlog.lowLatencyInterval")
-    snapshot_path: Text | None = Field(None, alias="snapshot.path")
+    backlog_high_throughput_interval_ms: int | None = option("backlog.highThroughputInterval", _duration)
+    backlog_low_latency_interval_ms: int | None = option("backlog.lowLatencyInterval", _duration)
+    snapshot_path: str | None = option("snapshot.path", _text)
 
-    @model_validator(mode="after")
-    def _check_combinations(self) -> "SourceSettings":
+    def __post_init__(self) -> None:
+        if not isinstance(self.kafka, KafkaClientConfig):
+            raise TypeError(f"kafka must be a KafkaClientConfig, got {type(self.kafka).__name__}")
+        problems = []
+        for each in fields(self):
+            parse, value = each.metadata.get("parse"), getattr(self, each.name)
+            if parse is None or value is None:
+                continue
+            try:
+                object.__setattr__(self, each.name, parse(value))
+            except ValueError as exc:
+                problems.append(_option_message(_OPTION_OF_FIELD[each.name], str(exc)))
+        if problems:
+            raise ConfigError("; ".join(problems))
+        try:
+            self._check_combinations()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _check_combinations(self) -> None:
         _check_subscription(
             {"subscribe": self.subscribe, "subscribePattern": self.subscribe_pattern, "assign": self.assign}
         )
@@ -342,7 +358,6 @@ class SourceSettings(BaseModel):
                 "'backlog.reenterLag' needs a read limit, 'maxOffsetsPerTrigger' or 'backlog.maxOffsetsPerTrigger': "
                 "without one every batch reads all there is, so no lag is ever more than one batch"
             )
-        return self
 
     @property
     def isolation_level(self) -> IsolationLevel:
@@ -362,13 +377,14 @@ class SourceSettings(BaseModel):
 
 # -- parsing Spark's string options ---------------------------------------------------------
 
-#: Documented option name (the field's alias) by lower-cased key.
-_OPTION_NAMES = {
-    (field.alias or name).lower(): (field.alias or name)
-    for name, field in SourceSettings.model_fields.items()
-    if name != "kafka"
-} | {"groupidprefix": "groupIdPrefix"}  # goes into KafkaClientConfig
-_OPTION_OF_FIELD = {name: field.alias or name for name, field in SourceSettings.model_fields.items()}
+#: Documented option name of each field of :class:`SourceSettings`.
+_OPTION_OF_FIELD = {each.name: each.metadata.get("option") or each.name for each in fields(SourceSettings)
+                    if each.name != "kafka"}
+#: Documented option name by lower-cased key.
+_OPTION_NAMES = {name.lower(): name for name in _OPTION_OF_FIELD.values()} | {
+    "groupidprefix": "groupIdPrefix"}  # goes into KafkaClientConfig
+#: Field name by documented option name.
+_FIELD_OF_OPTION = {name: field_name for field_name, name in _OPTION_OF_FIELD.items()}
 _BATCH_ONLY = ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
 #: The kind of read options are parsed for (see :func:`parse_options`).
 ReadKind = Literal["stream", "batch"] | None
@@ -422,10 +438,7 @@ def parse_options(options: Mapping[str, str], *, read: ReadKind = None) -> Sourc
     except ValueError as exc:
         raise ConfigError(f"option 'groupIdPrefix' {exc}") from None
     kafka = kafka_client_config(kafka_options, group_id_prefix=group_id_prefix)
-    try:
-        settings = SourceSettings.model_validate({**values, "kafka": kafka})
-    except ValidationError as exc:
-        raise ConfigError(_validation_message(exc)) from None
+    settings = SourceSettings(kafka=kafka, **{_FIELD_OF_OPTION[name]: value for name, value in values.items()})
     if read == "batch":
         check_batch_range(settings)
     return settings
@@ -464,22 +477,6 @@ def _check_subscription(chosen: Mapping[str, Any]) -> None:
 
 def _batch_only_name(key: str) -> str:
     return {"endingoffsets": "endingOffsets", "endingtimestamp": "endingTimestamp"}.get(key, "endingOffsetsByTimestamp")
-
-
-def _validation_message(exc: ValidationError) -> str:
-    # Built from our own messages and option names only: pydantic's default text quotes
-    # input values, and no secret may come near an error message.
-    parts = []
-    for error in exc.errors(include_input=False, include_url=False):
-        message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        location = error.get("loc", ())
-        option = _OPTION_OF_FIELD.get(str(location[0])) if location else None
-        option = option or (str(location[0]) if location else None)
-        if option and option in _OPTION_NAMES.values():
-            parts.append(_option_message(option, message))
-        else:
-            parts.append(message)
-    return "; ".join(parts)
 
 
 def _option_message(option: str, message: str) -> str:
