@@ -35,6 +35,21 @@ def test_importing_the_source_loads_neither_pandas_nor_pyarrow_compute():
     assert tooling == []
 
 
+def test_what_spark_unpickles_imports_no_model_library():
+    """The source's runner on the driver and every executor worker are fresh Python
+    processes that import the data source, its splits and ReaderConfig at a query's start:
+    their imports are start-up time, and a model library (pydantic: ~0.1 s with its models
+    built) is none of what they need. Run in a fresh interpreter, so nothing else imported it."""
+    code = ("import sys, pickle, backlog_source.datasource, backlog_source.reader.kafka_reader; "
+            "from backlog_source.core.settings import parse_options; "
+            "c = parse_options({'kafka.bootstrap.servers': 'h:1', 'subscribe': 't', 'kafka.sasl.password': 'x'}); "
+            "pickle.loads(pickle.dumps(c.reader_config)); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core', "
+            "'pydantic_settings')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded
+
+
 def test_the_package_still_exports_everything_it_lists():
     import backlog_source
 

@@ -7,8 +7,6 @@ here with the module and line, before it fails anywhere at run time.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -110,17 +108,3 @@ def test_no_top_level_folder_outside_the_namespace_is_a_package():
     mapped = {folder.relative_to(ROOT).parts[0] for folder in FOLDERS.values()}
     assert packages <= mapped
 
-
-def test_what_spark_unpickles_imports_no_model_library():
-    """The source's runner on the driver and every executor worker are fresh Python
-    processes that import the data source, its splits and ReaderConfig at a query's start:
-    their imports are start-up time, and a model library (pydantic: ~0.1 s with its models
-    built) is none of what they need. Run in a fresh interpreter, so nothing else imported it."""
-    code = ("import sys, pickle, backlog_source.datasource, backlog_source.reader.kafka_reader; "
-            "from backlog_source.core.settings import parse_options; "
-            "c = parse_options({'kafka.bootstrap.servers': 'h:1', 'subscribe': 't', 'kafka.sasl.password': 'x'}); "
-            "pickle.loads(pickle.dumps(c.reader_config)); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core', "
-            "'pydantic_settings')))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert loaded == "[]", loaded
