@@ -147,6 +147,19 @@ _CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.a
                   "fetch.queue.backoff.ms")
 
 
+def _secret(key: str, value: Any) -> Secret:
+    """``value`` as a :class:`Secret`: a str is wrapped, anything holding a secret value
+    (``get_secret_value()``, e.g. pydantic's ``SecretStr``) unwrapped first; the value itself
+    is never put in the error."""
+    if isinstance(value, Secret):
+        return value
+    if hasattr(value, "get_secret_value"):
+        value = value.get_secret_value()
+    if not isinstance(value, str):
+        raise TypeError(f"the secret setting {key!r} must be a str, got {type(value).__name__}")
+    return Secret(value)
+
+
 @dataclass(frozen=True)
 class KafkaClientConfig:
     """The connection and security settings of one source; frozen, picklable, secrets masked.
@@ -162,9 +175,10 @@ class KafkaClientConfig:
     group_id_prefix: str = "spark-kafka-source"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str):
+            raise TypeError(f"bootstrap_servers must be a str, got {type(self.bootstrap_servers).__name__}")
         object.__setattr__(self, "params", {str(k): str(v) for k, v in self.params.items()})
-        object.__setattr__(self, "secrets", {str(k): v if isinstance(v, Secret) else Secret(str(v))
-                                             for k, v in self.secrets.items()})
+        object.__setattr__(self, "secrets", {str(k): _secret(k, v) for k, v in self.secrets.items()})
 
     @property
     def isolation_level(self) -> IsolationLevel:

@@ -9,8 +9,8 @@ query's start, so its import is part of every query's start-up.
 
 The option names and meanings are those of Spark's built-in Kafka source, so that
 ``format("kafka")`` can become ``format("backlog")`` with nothing else changed, plus the
-``backlog.*`` and ``snapshot.*`` options of this project. Each field's alias is the option's
-documented name; Spark lower-cases option keys before a Python data source sees them, so
+``backlog.*`` and ``snapshot.*`` options of this project. Each field's ``option`` name is
+the option's documented name; Spark lower-cases option keys before a Python data source sees them, so
 matching is case-insensitive. Options are checked in the order Spark's
 ``KafkaSourceProvider.validateGeneralOptions`` checks them, so the first problem reported is
 the one Spark would report.
@@ -326,7 +326,10 @@ class SourceSettings:
         problems = []
         for each in fields(self):
             parse, value = each.metadata.get("parse"), getattr(self, each.name)
-            if parse is None or value is None:
+            if parse is None or (value is None and each.default is None):
+                continue  # the kafka field, or an option left unset
+            if value is None:
+                problems.append(_option_message(_OPTION_OF_FIELD[each.name], "must not be None"))
                 continue
             try:
                 object.__setattr__(self, each.name, parse(value))

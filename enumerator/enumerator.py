@@ -40,7 +40,7 @@ from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.core.tracing import exporter
 from backlog_source.enumerator.boundaries import record_boundaries, reentry_boundaries, restart_boundaries
 from backlog_source.enumerator.catch_up import UNMEASURED_BYTES_PER_OFFSET, catch_up_bytes, learn_rate
-from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedError
+from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedError, TopicsRecreatedError
 from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
 from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
@@ -60,6 +60,10 @@ from backlog_source.events.sizes_report import TopicSizes, split_size_reports
 from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
 
 log = logging.getLogger(__name__)
+
+#: How often one batch is planned again when topics it asked about were re-created meanwhile
+#: (a listing a moment out of date; a topic re-created again and again fails the batch).
+_REPLANS = 3
 
 
 @dataclass(frozen=True)
@@ -255,8 +259,11 @@ class Enumerator:
         query; otherwise the bucket is dropped, or read again from its earliest offset.
 
         A topic deleted between listing it and asking its offsets
-        (:class:`TopicsDeletedError`) is handled as if the listing had not had it."""
+        (:class:`TopicsDeletedError`) is handled as if the listing had not had it; one
+        re-created with fewer partitions in that time (:class:`TopicsRecreatedError`) is
+        planned again from a fresh listing, at most :data:`_REPLANS` times."""
         deleted: set[str] = set()
+        replans = 0
         while True:
             try:
                 return self._refresh_once(start, deleted)
@@ -265,6 +272,12 @@ class Enumerator:
                     raise  # the same topics again: not a listing out of date
                 log.info("topic(s) %s deleted while this batch was planned", ", ".join(exc.topics))
                 deleted.update(exc.topics)
+            except TopicsRecreatedError as exc:
+                replans += 1
+                if replans > _REPLANS:
+                    raise
+                log.info("topic(s) %s re-created while this batch was planned; planning it again",
+                         ", ".join(exc.topics))
 
     def _refresh_once(self, start: SourceOffset, deleted: set[str]) -> View:
         positions = dict(start.positions)

@@ -77,6 +77,22 @@ class TopicsDeletedError(BacklogSourceError):
                 "their offsets")
 
 
+class TopicsRecreatedError(BacklogSourceError):
+    """Topics a request named have fewer partitions than it asked about: deleted and created
+    again (Kafka never takes partitions away) after the planner listed them. ``topics``
+    names them. The planner catches it and plans again from a fresh listing, where the new
+    topic id tells it the topic was re-created; elsewhere it reaches the user with this
+    message."""
+
+    def __init__(self, topics: "list[str] | tuple[str, ...]") -> None:
+        self.topics = tuple(sorted(topics))
+        super().__init__(self.topics)
+
+    def __str__(self) -> str:
+        return (f"topic(s) {', '.join(self.topics)} have fewer partitions than a moment ago: deleted and created "
+                "again while the query asked Kafka for their offsets")
+
+
 class OffsetsClient(Protocol):
     """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`;
     the offsets methods raise :class:`TopicsDeletedError` when a topic they were asked about
@@ -251,8 +267,8 @@ class KafkaAdmin:
             if _error_code(exc) in _NOT_RETRIABLE:
                 raise self._refused(what, exc) from None
             failure: BaseException = exc
-        except (ConfigError, TopicsDeletedError):
-            raise  # the client could not be created, or the topic is gone: retrying changes nothing
+        except (ConfigError, TopicsDeletedError, TopicsRecreatedError):
+            raise  # the client could not be created, or the topic is gone or new: retrying changes nothing
         except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
             failure = exc
         self._serve_log()
@@ -388,15 +404,18 @@ class KafkaAdmin:
                            for tp, future in futures.items()}
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
-                    self._raise_if_deleted({b.topic for b in specs}, timeout_s, unknown_before)
+                    self._raise_if_deleted(specs.keys(), timeout_s, unknown_before)
                 raise
             return dict(check_offsets(answers, lowest))
 
         return self._call(what, request)
 
-    def _raise_if_deleted(self, topics: set[str], timeout_s: float, unknown_before: set[str]) -> None:
+    def _raise_if_deleted(self, buckets: Iterable[Bucket], timeout_s: float, unknown_before: set[str]) -> None:
         """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
-        topics that no longer exist. A topic deleted after the planner listed it fails
+        topics that no longer exist, or :class:`TopicsRecreatedError` for those that now
+        have fewer partitions than were asked about (re-created: a partition that does not
+        exist fails the request with "Unknown partition" until the deadline, whatever the
+        retries). A topic deleted after the planner listed it fails
         ListOffsets with "No leaders found" (its partitions have no leader any more), which
         retrying until ``kafka.default.api.timeout.ms`` cannot fix; it killed the query as
         "Kafka unavailable". If the check itself fails, the request's own failure stands.
@@ -407,17 +426,25 @@ class KafkaAdmin:
         leader there either; read as deleted, it failed a query's start on three brokers. The
         first time, the request is asked again after its backoff. ``unknown_before``: the
         topics unknown at the previous check of the same request's retries; updated here."""
+        highest: dict[str, int] = {}
+        for bucket in buckets:
+            highest[bucket.topic] = max(highest.get(bucket.topic, -1), bucket.partition)
         try:
-            futures = self._client().describe_topics(TopicCollection(sorted(topics)), request_timeout=timeout_s)
-            deleted = []
+            futures = self._client().describe_topics(TopicCollection(sorted(highest)), request_timeout=timeout_s)
+            deleted, shrunk = [], []
             for name, future in futures.items():
                 try:
-                    future.result(timeout=timeout_s)
+                    partitions = len(future.result(timeout=timeout_s).partitions)
                 except KafkaException as exc:
                     if _error_code(exc) in _UNKNOWN_TOPIC:
                         deleted.append(name)
+                    continue
+                if partitions <= highest[name]:
+                    shrunk.append(name)
         except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
             return
+        if shrunk:
+            raise TopicsRecreatedError(shrunk)
         confirmed = [name for name in deleted if name in unknown_before]
         unknown_before.clear()
         unknown_before.update(deleted)

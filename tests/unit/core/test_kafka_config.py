@@ -1,9 +1,11 @@
 """The librdkafka configuration each client role gets."""
 
+import pickle
+
 import pytest
 from confluent_kafka import Consumer
 
-from backlog_source.core.kafka_config import ClientRole
+from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig, Secret
 from backlog_source.core.settings import parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
@@ -59,3 +61,17 @@ def test_a_reader_consumer_starts_with_the_readers_defaults_and_large_fetch_size
     readers' smaller fetch-ahead queue must not make a user's fetch sizes refused."""
     for role in (ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.SIZE_SAMPLER):
         Consumer(parse_options({**BASE, **extra}).kafka.librdkafka(role)).close()
+
+
+PASSWORD = "s3cr3t-Value"
+
+
+def test_a_secret_is_held_masked_whatever_it_was_given_as():
+    given = {"sasl.password": PASSWORD, "ssl.key.password": Secret(PASSWORD + "2")}
+    config = KafkaClientConfig(bootstrap_servers="h:1", secrets=given)
+    assert PASSWORD not in repr(config) and PASSWORD not in str(config.secrets)
+    assert [s.get_secret_value() for s in config.secrets.values()] == [PASSWORD, PASSWORD + "2"]
+    assert pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(TypeError, match="'sasl.password' must be a str, got NoneType"):
+        KafkaClientConfig(bootstrap_servers="h:1", secrets={"sasl.password": None})
+

@@ -208,3 +208,10 @@ def test_a_query_sets_its_own_trigger_intervals_for_install():
     assert (chosen.backlog_high_throughput_interval_ms, chosen.backlog_low_latency_interval_ms) == (0, 5_000)
     with pytest.raises(ConfigError, match="option 'backlog.lowLatencyInterval' must be a duration"):
         parse_options({**base, "backlog.lowLatencyInterval": "soon"})
+
+
+def test_settings_built_directly_refuse_none_for_an_option_with_a_default():
+    settings = parse_options(BASE)
+    with pytest.raises(ConfigError, match="option 'failOnDataLoss' must not be None"):
+        dataclasses.replace(settings, fail_on_data_loss=None)
+    assert dataclasses.replace(settings, max_offsets_per_trigger="7").max_offsets_per_trigger == 7

@@ -9,7 +9,7 @@ from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.core.tracing import names
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
-from backlog_source.enumerator.kafka_admin import TopicsDeletedError
+from backlog_source.enumerator.kafka_admin import TopicsDeletedError, TopicsRecreatedError
 from backlog_source.enumerator.state import BoundedBy
 from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
 from backlog_source.split.planning import ReadBudget
@@ -219,6 +219,38 @@ def test_a_topic_deleted_while_its_offsets_are_asked_is_handled_as_a_deleted_top
         return
     end = enumerator.latest_offset(start, ReadBudget())
     assert end.positions == {Bucket("t2", 0): 7} and end.topic_ids == {"t2": "t2-0"}
+
+
+class RecreatedDuringPlan(FakeOffsetsClient):
+    """The first offsets request after ``recreate_on_ask`` is set finds the topic re-created
+    with fewer partitions (as on Apache Kafka, when it was re-created after the listing)."""
+
+    recreate_on_ask: tuple | None = None
+
+    def latest_offsets(self, buckets, known=None):
+        if self.recreate_on_ask is not None:
+            topic, pairs = self.recreate_on_ask
+            self.recreate_on_ask = None
+            self.recreate(topic, pairs)
+            raise TopicsRecreatedError([topic])
+        return super().latest_offsets(buckets, known)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_recreated_with_fewer_partitions_while_its_offsets_are_asked_is_planned_again(fail_on_data_loss):
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": fail_on_data_loss,
+                              "backlog.minPollIntervalMs": "0"})
+    client = RecreatedDuringPlan(topics={"t": [(0, 10), (0, 10)]})
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
+    start = enumerator.initial_offset()
+    client.recreate_on_ask = ("t", [(0, 3)])
+    if fail_on_data_loss == "true":
+        with pytest.raises(DataLossError, match="deleted and re-created"):
+            enumerator.latest_offset(start, ReadBudget())
+        return
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions == {Bucket("t", 0): 3} and end.starts == {Bucket("t", 0): 0}
+    assert end.topic_ids["t"] != start.topic_ids["t"]
 
 
 def test_the_first_batch_runs_under_min_records_and_later_ones_wait_for_max_trigger_delay():

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
-from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError
+from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError, TopicsRecreatedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
 SECRET = "s3cret-pass"
@@ -43,6 +43,18 @@ def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead
         offsets_client.latest_offsets([A0, Bucket("b", 0)])
     assert raised.value.topics == ("a",) and len(clock.slept) == 1  # unknown twice, one backoff apart
     assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics"] * 2
+
+
+def test_an_offsets_request_for_a_partition_a_recreated_topic_lacks_says_so_instead_of_retrying():
+    """A topic deleted and created again with fewer partitions after the planner listed it:
+    ListOffsets for a partition it no longer has fails ("Unknown partition") however often it
+    is asked, and failed the query as "Kafka unavailable" once the deadline passed."""
+    unknown = failed(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
+    offsets_client, admin, _ = client([unknown, describe({"a": 1, "b": 1})])
+    with pytest.raises(TopicsRecreatedError) as raised:
+        offsets_client.latest_offsets([A0, A1, Bucket("b", 0)])
+    assert raised.value.topics == ("a",)
+    assert [what for what, _ in admin.requests] == ["list_offsets", "describe_topics"]
 
 
 def test_a_topic_unknown_once_is_one_created_moments_ago_and_is_asked_again():
