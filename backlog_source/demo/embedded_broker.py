@@ -114,7 +114,3 @@ def embedded_broker() -> Iterator[EmbeddedBroker]:
         yield broker
     finally:
         broker.stop()
-
-
-# ------------------------------------------------------------------------------------------
-# Producing test data

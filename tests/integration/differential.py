@@ -45,12 +45,17 @@ class Collected:
     _held: threading.Event = field(default_factory=threading.Event)
     _release: threading.Event = field(default_factory=threading.Event)
     _before_read: list = field(default_factory=list)
+    #: What an action of :meth:`before_reading_next_batch` raised (it never fails the batch).
+    action_errors: list = field(default_factory=list)
 
     def add(self, batch_df, batch_id: int) -> None:
         if self._before_read:
             # Spark reads a foreachBatch's batch only when the function collects it: what
             # runs here happens after the batch was planned and before any of it is read.
-            self._before_read.pop()()
+            try:
+                self._before_read.pop()()
+            except Exception as exc:  # noqa: BLE001 - kept for the test to assert on
+                self.action_errors.append(exc)
         rows = sorted((row_tuple(r) for r in batch_df.collect()), key=lambda r: (r[2], r[3], r[4]))
         with self.lock:
             while len(self.batches) <= batch_id:

@@ -156,7 +156,10 @@ def test_tasks_reading_several_topics_report_each_topics_bytes(spark, broker, to
                         {"subscribe": f"{small},{large}", "startingOffsets": "earliest"}, tmp_path / "backlog",
                         trigger={"availableNow": True},
                         backlog_only={"backlog.maxBytesPerTrigger": budget, "backlog.eventsTopic": control})
-    query.awaitTermination(300)
+    try:
+        assert query.awaitTermination(300), "the AvailableNow query did not end within 300 s"
+    finally:
+        query.stop()
     assert query.exception() is None, query.exception()
     assert len(ours.rows()) == 4_000 + 300
     ends = {p["batchId"]: json.loads(p["sources"][0]["endOffset"]) for p in query.recentProgress if p["numInputRows"]}

@@ -99,7 +99,8 @@ def surviving_offsets(broker, topic: str, end: int) -> list[int]:
 def test_ranges_over_a_compacted_topic_end_on_the_first_record_past_them_and_read_what_spark_reads(spark, broker,
                                                                                                    topic_name):
     """A compacted topic whose cleaned segment lost offsets 0..18 (20 records of key ``a``,
-    then ``b`` records until the log cleaner has run): a range ending inside that gap holds no
+    then records of keys never repeated until the log cleaner has run, so no later cleaning
+    changes what the reads below see): a range ending inside that gap holds no
     record, and one over the whole log has gaps; both reads end without waiting for offsets
     that do not exist, and a batch read of the topic returns what Spark's batch read does."""
     create_topic(broker.bootstrap_servers, topic_name, 1, {
@@ -111,7 +112,8 @@ def test_ranges_over_a_compacted_topic_end_on_the_first_record_past_them_and_rea
     def compacted() -> bool:
         # Every call appends a record: a segment rolls only on an append after segment.ms,
         # and the cleaner cleans rolled segments only (every log.cleaner.backoff.ms, 15 s).
-        produce(broker.bootstrap_servers, topic_name, [(0, b"b", f"b-{next(written)}".encode())])
+        n = next(written)
+        produce(broker.bootstrap_servers, topic_name, [(0, f"b-{n}".encode(), f"b-{n}".encode())])
         return surviving_offsets(broker, topic_name, 20) == [19]
 
     wait_for(compacted, 180, f"the log cleaner to compact {topic_name}")
