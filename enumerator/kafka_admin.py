@@ -62,42 +62,44 @@ _MAYBE_DELETED = _UNKNOWN_TOPIC | {KafkaError._NOENT, KafkaError._UNKNOWN_PARTIT
 _NOT_LISTED = _UNKNOWN_TOPIC | {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION}
 
 
-class TopicsDeletedError(BacklogSourceError):
-    """Topics a request named no longer exist: deleted while the query was asking Kafka
-    about them. ``topics`` names them. The planner catches it and applies the data-loss
-    rule to their partitions (as it does for a topic gone before the request); elsewhere it
-    reaches the user with this message."""
+class TopicsChangedError(BacklogSourceError):
+    """Topics a request named changed while the query was asking Kafka about them, so the
+    listing the request was made from is out of date; ``topics`` names them. Subclasses say
+    how (``_CHANGE``)."""
+
+    _CHANGE = "changed"
 
     def __init__(self, topics: "list[str] | tuple[str, ...]") -> None:
         self.topics = tuple(sorted(topics))
         super().__init__(self.topics)
 
     def __str__(self) -> str:
-        return (f"topic(s) {', '.join(self.topics)} no longer exist: deleted while the query asked Kafka for "
-                "their offsets")
+        return f"topic(s) {', '.join(self.topics)} {self._CHANGE} while the query asked Kafka for their offsets"
 
 
-class TopicsRecreatedError(BacklogSourceError):
+class TopicsDeletedError(TopicsChangedError):
+    """Topics a request named no longer exist. The planner catches it and applies the
+    data-loss rule to their partitions (as it does for a topic gone before the request);
+    elsewhere it reaches the user with this message."""
+
+    _CHANGE = "no longer exist: deleted"
+
+
+class TopicsRecreatedError(TopicsChangedError):
     """Topics a request named have fewer partitions than it asked about: deleted and created
-    again (Kafka never takes partitions away) after the planner listed them. ``topics``
-    names them. The planner catches it and plans again from a fresh listing, where the new
-    topic id tells it the topic was re-created; elsewhere it reaches the user with this
-    message."""
+    again (Kafka never takes partitions away) after the planner listed them. The planner
+    catches it and plans again from a fresh listing, where the new topic id tells it the
+    topic was re-created; elsewhere it reaches the user with this message."""
 
-    def __init__(self, topics: "list[str] | tuple[str, ...]") -> None:
-        self.topics = tuple(sorted(topics))
-        super().__init__(self.topics)
-
-    def __str__(self) -> str:
-        return (f"topic(s) {', '.join(self.topics)} have fewer partitions than a moment ago: deleted and created "
-                "again while the query asked Kafka for their offsets")
+    _CHANGE = "have fewer partitions than a moment ago: deleted and created again"
 
 
 class OffsetsClient(Protocol):
     """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`;
     the offsets methods raise :class:`TopicsDeletedError` when a topic they were asked about
-    no longer exists (found out after a failed request: a topic deleted since the planner
-    listed it)."""
+    no longer exists, and :class:`TopicsRecreatedError` when it has fewer partitions than
+    asked about (found out after a failed request: a topic deleted, or re-created, since the
+    planner listed it)."""
 
     def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
         """The partition count of each of ``topics`` that exists, or of every non-internal
@@ -267,7 +269,7 @@ class KafkaAdmin:
             if _error_code(exc) in _NOT_RETRIABLE:
                 raise self._refused(what, exc) from None
             failure: BaseException = exc
-        except (ConfigError, TopicsDeletedError, TopicsRecreatedError):
+        except (ConfigError, TopicsChangedError):
             raise  # the client could not be created, or the topic is gone or new: retrying changes nothing
         except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
             failure = exc
