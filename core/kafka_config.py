@@ -95,8 +95,9 @@ class ClientRole(TextEnum):
 #: what was fetched past its end: the broker's, librdkafka's and the network's work for
 #: nothing, on the cores the readers share. 16 MiB bounds that waste at about half a catch-up
 #: task's range while a long read alone stays close to its speed with the default queue
-#: (measured by benchmarks/fetch_ahead.py; benchmarks/README.md part 12). Without a ``fetch.max.bytes`` of the user's, librdkafka
-#: also lowers a fetch request's size to the queue's (from 50 MiB).
+#: (measured by benchmarks/fetch_ahead.py; benchmarks/README.md part 12). Without a
+#: ``fetch.max.bytes`` of the user's, librdkafka also lowers a fetch request's size to the
+#: queue's (from 50 MiB).
 _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted",
                   "queued.max.messages.kbytes": 16_384}
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {

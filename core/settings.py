@@ -10,8 +10,8 @@ query's start, so its import is part of every query's start-up.
 The option names and meanings are those of Spark's built-in Kafka source, so that
 ``format("kafka")`` can become ``format("backlog")`` with nothing else changed, plus the
 ``backlog.*`` and ``snapshot.*`` options of this project. Each field's ``option`` name is
-the option's documented name; Spark lower-cases option keys before a Python data source sees them, so
-matching is case-insensitive. Options are checked in the order Spark's
+the option's documented name; Spark lower-cases option keys before a Python data source
+sees them, so matching is case-insensitive. Options are checked in the order Spark's
 ``KafkaSourceProvider.validateGeneralOptions`` checks them, so the first problem reported is
 the one Spark would report.
 
@@ -222,11 +222,11 @@ _non_negative = _whole_number(0, "zero or a positive whole number")
 _timestamp = _whole_number(0, "a timestamp in ms since the epoch (>= 0)")
 
 
-def option(name: str | None, parse: Callable[[Any], Any], default: Any = None, **kwargs: Any) -> Any:
+def option(name: str | None, parse: Callable[[Any], Any], default: Any = None) -> Any:
     """A field of :class:`SourceSettings`: ``name`` is its documented option name (None: the
     field's own name), ``parse`` turns an option's string (or an already typed value) into
     the field's value or raises ``ValueError("must ...")``."""
-    return field(default=default, metadata={"option": name, "parse": parse}, **kwargs)
+    return field(default=default, metadata={"option": name, "parse": parse})
 
 
 @dataclass(frozen=True)
@@ -488,5 +488,6 @@ def _option_message(option: str, message: str) -> str:
     return f"option '{option}'{joined}{message}"
 
 
-#: Each subscription option's value check (the model's own validators, run early).
-_SUBSCRIPTION_VALUES = {"subscribe": _topics, "subscribePattern": _pattern, "assign": _assign}
+#: Each subscription option's value check: its field's own parser, run early.
+_SUBSCRIPTION_VALUES = {_OPTION_OF_FIELD[each.name]: each.metadata["parse"] for each in fields(SourceSettings)
+                        if _OPTION_OF_FIELD.get(each.name) in _SUBSCRIPTIONS}

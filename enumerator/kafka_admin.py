@@ -406,13 +406,13 @@ class KafkaAdmin:
                            for tp, future in futures.items()}
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
-                    self._raise_if_deleted(specs.keys(), timeout_s, unknown_before)
+                    self._raise_if_changed(specs.keys(), timeout_s, unknown_before)
                 raise
             return dict(check_offsets(answers, lowest))
 
         return self._call(what, request)
 
-    def _raise_if_deleted(self, buckets: Iterable[Bucket], timeout_s: float, unknown_before: set[str]) -> None:
+    def _raise_if_changed(self, buckets: Iterable[Bucket], timeout_s: float, unknown_before: set[str]) -> None:
         """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
         topics that no longer exist, or :class:`TopicsRecreatedError` for those that now
         have fewer partitions than were asked about (re-created: a partition that does not

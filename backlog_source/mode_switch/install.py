@@ -23,8 +23,8 @@ backlog query the session starts (:mod:`.connect_starts`), and switches such a q
 stopping it after its running trigger and starting it again on its checkpoint (a new run
 under the same id: ``spark.streams.get(query_id)`` returns it). A query that can be switched
 neither way (started before ``install`` under Connect, restarts not allowed, a trigger other
-than a processing-time one such as ``availableNow``, a memory sink in append or update mode) is logged
-once and left as it runs; ``start_backlog_aware`` can switch it by restart.
+than a processing-time one such as ``availableNow``, a memory sink in append or update
+mode) is logged once and left as it runs; ``start_backlog_aware`` can switch it by restart.
 
 Per-query intervals: a query's source may set ``backlog.highThroughputInterval`` /
 ``backlog.lowLatencyInterval``; the enumerator writes them into every offset dict it plans

@@ -133,14 +133,20 @@ def published_events(broker, control_topic: str, source_id: str) -> list[Backlog
 
 def control_messages(broker, control_topic: str) -> list[bytes | None]:
     """Every message value on the control topic, to its end."""
+    return [message.value() for message in partition_records(broker, control_topic)]
+
+
+def partition_records(broker, topic: str, partition: int = 0) -> list:
+    """Every record of one partition, from its earliest offset to its end (the end-of-partition
+    event, or 5 s without a record)."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})
-    consumer.assign([TopicPartition(control_topic, 0, 0)])
+    consumer.assign([TopicPartition(topic, partition, 0)])
     found, done = [], False
     while not done:
         for message in consumer.consume(1000, 5.0) or [None]:
             if message is None or (message.error() and message.error().code() == -191):
                 done = True
             elif message.error() is None:
-                found.append(message.value())
+                found.append(message)
     consumer.close()
     return found

@@ -7,7 +7,7 @@ records that do not exist (it waited a whole second per read)."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from backlog_source.core.settings import parse_options
 from backlog_source.demo.topics import create_topic, produce
@@ -15,7 +15,7 @@ from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.integration.differential import both
-from tests.integration.helpers import log_end_offsets, make_topic, wait_for
+from tests.integration.helpers import log_end_offsets, make_topic, partition_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -80,20 +80,7 @@ def recorded_read(r: KafkaRange, config, made: list[RecordingConsumer]) -> list[
 
 def surviving_offsets(broker, topic: str, end: int) -> list[int]:
     """The offsets below ``end`` that still hold a record, read by a plain consumer."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "gaps", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        offsets: list[int] = []
-        while True:
-            message = consumer.poll(10)
-            assert message is not None, "no end-of-partition event within 10 s"
-            if message.error() is not None:
-                assert message.error().code() == -191, message.error()  # _PARTITION_EOF
-                return [o for o in offsets if o < end]
-            offsets.append(message.offset())
-    finally:
-        consumer.close()
+    return [m.offset() for m in partition_records(broker, topic) if m.offset() < end]
 
 
 def test_ranges_over_a_compacted_topic_end_on_the_first_record_past_them_and_read_what_spark_reads(spark, broker,
