@@ -213,7 +213,9 @@ def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topi
     try:
         wait_for_progress(query, lambda p: not offsets_of(p)["processing_backlog"], what="the first catch-up")
         fill(broker, topic_name, 2, 400, start=100)  # 802 records: below the re-entry lag
-        fill(broker, topic_name, 2, 2_000, start=500)  # now well above it, and more than one 500-record batch
+        # Now well above it, and more than one 500-record batch. One burst: records that
+        # trickled in over several batches could be caught up with halfway and enter again.
+        fill(broker, topic_name, 2, 2_000, start=500, burst=True)
         wait_for_progress(query, lambda p: p.batchId > 0 and offsets_of(p)["processing_backlog"] and
                           offsets_of(p)["positions"][topic_name]["0"] > 101, what="re-entry")
         end = log_end_offsets(broker, topic_name)
