@@ -48,7 +48,7 @@ from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
-from backlog_source.reader.worker_heap import freeze_once
+from backlog_source.reader.worker_heap import prepare_once
 from backlog_source.split.batch_splits import plan_splits
 from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
 from backlog_source.split.planning import ReadBudget
@@ -153,7 +153,7 @@ class BacklogBatchReader(DataSourceReader):
         return splits or [KafkaSplit(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        freeze_once()
+        prepare_once()
         if not isinstance(partition, KafkaSplit):
             raise TypeError(f"expected a KafkaSplit, got {type(partition).__name__}")
         return read_split(partition, self.reader_config)
@@ -258,7 +258,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        freeze_once()
+        prepare_once()
         if isinstance(partition, SnapshotSplit):
             return read_snapshot_split(partition, self.reader_config)
         if not isinstance(partition, KafkaSplit):
