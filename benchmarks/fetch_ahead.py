@@ -40,17 +40,14 @@ from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.runs import wait_until
-from benchmarks.harness.stats import median_and_spread, with_spread
-from benchmarks.harness.traffic import create_live_topic
+from benchmarks.harness.stats import summarize, with_spread
+from benchmarks.harness.traffic import create_live_topic, mixed_value
 
 TOPIC = "fetch-ahead"
 MIB = 1 << 20
 #: ``kafka.queued.max.messages.kbytes`` values compared; None: the source's default.
 QUEUE_KBYTES = (65_536, None, 8_192, 2_048)
 
-
-def mixed_value(rng: random.Random) -> bytes:
-    return b"v" * (rng.randint(16 << 10, 64 << 10) if rng.random() < 0.1 else 200)
 
 
 def read_once(bootstrap: str, kbytes: int | None, start: int, end: int) -> dict:
@@ -109,8 +106,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 for kb in QUEUE_KBYTES:  # interleaved, so drift hits every size alike
                     results[name][str(kb)].append(read_once(bootstrap, kb, start, end))
-    summary = {name: {kb: {f: median_and_spread([r[f] for r in rs]) for f in ("seconds", "read_mib", "fetched_mib")}
-                      for kb, rs in by_size.items()} for name, by_size in results.items()}
+    summary = summarize(results, ("seconds", "read_mib", "fetched_mib"))
     command = "python -m benchmarks.fetch_ahead " + " ".join(sys.argv[1:])
     lines = ["# What a reader fetches past the end of its range", "",
              f"Command: `{command}` ({machine()['cpus']} cores; Apache Kafka {kafka_version()}, loopback). One partition of "

@@ -44,15 +44,12 @@ from backlog_source.reader.worker_heap import pin_malloc_thresholds
 from backlog_source.split.batch_splits import TASK_BYTES
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from benchmarks.harness.results import machine, write_results
-from benchmarks.harness.stats import median_and_spread, with_spread
-from benchmarks.harness.traffic import create_live_topic
+from benchmarks.harness.stats import summarize, with_spread
+from benchmarks.harness.traffic import create_live_topic, mixed_value
 
 SETTINGS = ("glibc defaults", "pinned")
 FIGURES = ("wall_s", "cpu_s", "minor_faults", "peak_rss_mib")
 
-
-def mixed_value(rng: random.Random) -> bytes:
-    return b"v" * (rng.randint(16 << 10, 64 << 10) if rng.random() < 0.1 else 200)
 
 
 def read_in_this_process(bootstrap: str, topic: str, records: int, per_range: int, pinned: bool) -> dict:
@@ -127,8 +124,7 @@ def main() -> None:
                 for setting in order:
                     runs[name][setting].append(read_in_fresh_process(bootstrap, topic, records, per_range,
                                                                      setting == "pinned"))
-    summary = {name: {setting: {f: median_and_spread([r[f] for r in rs]) for f in FIGURES}
-                      for setting, rs in by_setting.items()} for name, by_setting in runs.items()}
+    summary = summarize(runs, FIGURES)
     command = "python -m benchmarks.worker_heap " + " ".join(sys.argv[1:])
     lines = ["# A reader's heap: glibc's malloc thresholds pinned or left alone", "",
              f"Command: `{command}` ({machine()['cpus']} cores; Apache Kafka {kafka_version()}, loopback). "

@@ -17,6 +17,13 @@ def median_and_spread(values: list[float]) -> dict[str, float | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def summarize(runs: dict[str, dict[str, list[dict]]], figures) -> dict[str, dict[str, dict]]:
+    """``runs[case][setting]`` (one dict of figures per run) as the :func:`median_and_spread`
+    of each of ``figures``, case by case and setting by setting."""
+    return {case: {setting: {f: median_and_spread([r[f] for r in rs]) for f in figures}
+                   for setting, rs in by_setting.items()} for case, by_setting in runs.items()}
+
+
 def fmt(value, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 

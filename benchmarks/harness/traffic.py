@@ -4,6 +4,7 @@ process that reports what it delivered, log end offsets, and a query catching up
 from __future__ import annotations
 
 import multiprocessing as mp
+import random
 import time
 
 from backlog_source.demo.topics import create_topic
@@ -17,6 +18,11 @@ from benchmarks.harness.runs import wait_until
 #: acknowledged within 70 ms of appending (``message.timestamp.type`` = CreateTime then
 #: charged that wait to whichever source read the topic).
 LIVE_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+def mixed_value(rng: random.Random) -> bytes:
+    """A value of issue 35's mixed workload: 90 % of 200 B, 10 % of 16-64 KiB."""
+    return b"v" * (rng.randint(16 << 10, 64 << 10) if rng.random() < 0.1 else 200)
 
 
 def create_live_topic(bootstrap: str, topic: str, partitions: int) -> None:
