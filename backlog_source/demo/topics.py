@@ -44,17 +44,18 @@ def produce(
     """Produce ``(partition, key, value)`` records in fast batches and wait until all are
     acknowledged. ``seal``: then seal every partition written to, for the embedded Tansu
     broker only (see :func:`seal_partitions`; Apache Kafka needs nothing of the kind).
-    ``burst``: hold every record until the final flush, so a reader sees them arrive in one
-    produce request rather than trickle in while this loop runs (which, on a loaded machine,
-    can take longer than a reader's catch-up). Returns how many records were produced,
-    sealing ones included.
+    ``burst``: hold every record until the final flush (or until a partition's batch is full
+    at librdkafka's ``batch.size``, 1 MB), so a reader sees them arrive together rather than
+    trickle in while this loop runs (which, on a loaded machine, can take longer than a
+    reader's catch-up). Returns how many records were produced, sealing ones included.
 
     Raises :class:`BacklogSourceError` if any record was not acknowledged.
     """
-    # A burst lingers longer than the loop can take; flush() sends at once whatever linger.ms says.
-    linger_ms = 60_000 if burst else 5
+    # A burst lingers longer than the loop can take, in batches as large as librdkafka allows;
+    # flush() sends at once whatever linger.ms says.
+    linger_ms, per_batch = (60_000, 1_000_000) if burst else (5, 10_000)
     producer = Producer(
-        {"bootstrap.servers": bootstrap_servers, "linger.ms": linger_ms, "batch.num.messages": 10_000, "acks": "all"}
+        {"bootstrap.servers": bootstrap_servers, "linger.ms": linger_ms, "batch.num.messages": per_batch, "acks": "all"}
     )
     failures: list[str] = []
 

@@ -131,7 +131,9 @@ def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker
         assert handle.switch_method == "in-place" and handle.mode == "high-throughput"
         with LiveTraffic(broker, topic_name, 2, start=30_000):
             wait_for(lambda: handle.mode == "low-latency", 180, "the switch to low latency")
-            fill(broker, topic_name, 2, 25_000, start=1_000_000)  # a burst well above backlog.reenterLag
+            # A burst well above backlog.reenterLag, in one go: had it trickled in, the query
+            # could catch up halfway and enter backlog twice.
+            fill(broker, topic_name, 2, 25_000, start=1_000_000, burst=True)
             wait_for(lambda: len(handle.transitions) == 3, 180, "re-entry and its end")
             wait_for(lambda: handle.transitions[-1].effective_seconds is not None, 60, "the last switch to take effect")
         wait_caught_up(handle, broker, topic_name)
@@ -209,7 +211,8 @@ def test_traffic_around_the_reentry_threshold_costs_no_switch_and_a_real_burst_o
         make_topic(broker, newcomer, 1, per_partition=100)
         wait_caught_up(handle, broker, newcomer)
         assert [t.to_mode for t in handle.transitions] == ["low-latency"]
-        fill(broker, topic_name, 2, 2_000, start=produced)  # 4,000 records: more than one batch in either mode
+        # 4,000 records in one go: more than one batch in either mode.
+        fill(broker, topic_name, 2, 2_000, start=produced, burst=True)
         wait_caught_up(handle, broker, topic_name)
         wait_for(lambda: handle.mode == "low-latency" and len(handle.transitions) == 3, 60, "the way back")
         assert [t.to_mode for t in handle.transitions] == ["low-latency", "high-throughput", "low-latency"]
