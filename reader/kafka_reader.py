@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.client_pool import settings_key
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.kafka_answers import watermarks
@@ -36,7 +37,7 @@ from backlog_source.events.control_topic import ControlEvent, publish, publish_o
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
 from backlog_source.reader.arrow import data_bytes, data_bytes_by_topic, to_record_batch
-from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool, settings_key
+from backlog_source.reader.consumer_pool import WORKER_POOL, ConsumerPool
 from backlog_source.reader.read_span import ReadSpan
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 

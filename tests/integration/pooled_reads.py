@@ -40,7 +40,7 @@ def main() -> None:
         time.sleep(0.2)
     # Make the idle consumer learn of the deletion now (its own refresh comes every
     # topic.metadata.refresh.interval.ms): what crashed a kept consumer on the embedded broker.
-    for idle in pool.idle_consumers():
+    for idle in pool.idle_clients():
         idle.list_topics(timeout=10)
     second = offsets(bootstrap, other, 10, pool)
     print(json.dumps({"first": first, "kept_after_first": kept_after_first, "second": second,

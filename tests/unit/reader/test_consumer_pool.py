@@ -8,9 +8,10 @@ import threading
 import pytest
 from confluent_kafka import KafkaError
 
+from backlog_source.core.client_pool import settings_key
 from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.settings import parse_options
-from backlog_source.reader.consumer_pool import ConsumerPool, settings_key
+from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
@@ -69,7 +70,7 @@ def test_the_evictor_closes_consumers_idle_past_the_timeout_and_keeps_the_others
     assert pool.evict_idle() == 0 and not old.closed
     clock.advance(101)
     assert pool.evict_idle() == 1 and old.closed and not recent.closed
-    assert pool.idle_consumers() == [recent] and pool.evicted == 1
+    assert pool.idle_clients() == [recent] and pool.evicted == 1
 
 
 def test_the_worker_pool_runs_an_evictor_thread_once_it_keeps_a_consumer():
