@@ -1,7 +1,8 @@
 """The control topic (option ``backlog.eventsTopic``): one partition, events keyed by source
 id; its writers and its reader, in one place.
 
-* :func:`publish` runs on executors: a short-lived producer, flushed before it returns;
+* :func:`publish` runs on executors: a producer kept by the worker (:data:`PRODUCER_POOL`),
+  flushed before it returns;
   :func:`publish_once` is what readers call for a BacklogFinishEvent (at most once per
   worker and boundary); a task of a catch-up batch publishes a RecordSizesReport
   (``events/sizes_report.py``) with :func:`publish` itself.
@@ -31,6 +32,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
+from backlog_source.core.client_pool import EVICT_EVERY_S, ClientPool, settings_key
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 from backlog_source.core.settings import ReaderConfig, SourceSettings
@@ -74,9 +76,38 @@ class ControlEvent(Protocol):
     def describe(self) -> str: ...
 
 
-def publish(config: ReaderConfig, event: ControlEvent) -> bool:
+class ProducerPool(ClientPool):
+    """A worker's idle control-event producers (:class:`~backlog_source.core.client_pool.ClientPool`),
+    one per kind of settings (each kind of event has its own ``message.timeout.ms``).
+
+    A publish borrows one and gives it back only when its event was acknowledged and
+    nothing is left in the producer's queue; a producer whose publish failed is discarded.
+    Closing purges what is left first, so it never waits for a broker that is gone
+    (``Producer.close()`` flushes)."""
+
+    kind = "producer"
+
+    def _reset(self, producer) -> None:
+        if len(producer):
+            raise RuntimeError("messages left in the queue")
+
+    def _close(self, producer) -> None:
+        producer.purge()
+        close = getattr(producer, "close", None)  # confluent-kafka before 2.11 has none:
+        if close is not None:  # dropping the last reference then destroys the producer
+            close()
+
+
+#: This worker's control-event producers (module state lives as long as the Python worker):
+#: a catch-up task publishes a size report, and a fresh producer per publish costs a connection
+#: (and the TLS and SASL handshakes of a secured cluster) per task.
+PRODUCER_POOL = ProducerPool(Producer, capacity=2, evict_every_s=EVICT_EVERY_S)
+
+
+def publish(config: ReaderConfig, event: ControlEvent, pool: ClientPool = PRODUCER_POOL) -> bool:
     """Publish ``event`` and wait for the broker's acknowledgement, up to the event's
-    ``publish_timeout_ms`` or ``kafkaConsumer.pollTimeoutMs`` if lower.
+    ``publish_timeout_ms`` or ``kafkaConsumer.pollTimeoutMs`` if lower, with a producer of
+    ``pool`` (this worker's by default).
 
     Returns False (and logs why) instead of raising: a lost event never fails a read, since
     the enumerator also finishes a bucket once its committed position passed the boundary,
@@ -85,9 +116,12 @@ def publish(config: ReaderConfig, event: ControlEvent) -> bool:
     if config.events_topic is None:
         return False
     timeout_ms = min(config.poll_timeout_ms, event.publish_timeout_ms)
+    settings = config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms})
+    key = settings_key(settings)
     delivered: list[object] = []
+    producer = None
     try:
-        producer = Producer(config.kafka.librdkafka(ClientRole.EVENT_PRODUCER, **{"message.timeout.ms": timeout_ms}))
+        producer = pool.borrow(settings, key)
         producer.produce(
             config.events_topic,
             key=event.source_id.encode(),
@@ -97,12 +131,16 @@ def publish(config: ReaderConfig, event: ControlEvent) -> bool:
         )
         producer.flush(timeout_ms / 1000 + 5)
     except Exception as exc:  # BufferError, KafkaException: never fail the read for this
+        if producer is not None:
+            pool.discard(producer)
         log.warning("could not publish %s: %s", event.describe(), config.kafka.redact(str(exc)))
         return False
     if not delivered or delivered[0] is not None:
+        pool.discard(producer)
         reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
         log.warning("could not publish %s: %s", event.describe(), reason)
         return False
+    pool.give_back(key, producer)
     return True
 
 

@@ -281,6 +281,51 @@ class FakeConsumer:
 # -- Spark's query objects, for the mode-switch controller ---------------------------------
 
 
+class FakeProducer:
+    """A producer whose deliveries are scripted: ``outcomes`` holds, per produce() in order,
+    None (acknowledged), an error (delivery failed), ``"lost"`` (never acknowledged: the
+    message stays queued) or an exception to raise from produce()."""
+
+    def __init__(self, outcomes=()) -> None:
+        self.outcomes = list(outcomes)
+        self.config: dict | None = None
+        self.produced: list[tuple[str, bytes | None]] = []
+        self.queued: list = []
+        self.purged = self.closed = False
+
+    def __call__(self, config: dict) -> FakeProducer:
+        self.config = config
+        return self
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, **_kwargs) -> None:
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        self.produced.append((topic, value))
+        self.queued.append((outcome, on_delivery))
+
+    def flush(self, timeout=None) -> int:
+        kept = []
+        for outcome, on_delivery in self.queued:
+            if outcome == "lost":
+                kept.append((outcome, on_delivery))
+            elif on_delivery is not None:
+                on_delivery(outcome, None)
+        self.queued = kept
+        return len(kept)
+
+    def purge(self, in_queue=True, in_flight=True, blocking=True) -> None:
+        self.purged = True
+        self.queued = []
+
+    def close(self) -> bool:
+        self.closed = True
+        return True
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
 class FakeQuery:
     """A ``StreamingQuery``: ``stop()`` reports the run's termination on the listener bus,
     as Spark does; ``lastProgress`` is what a test last emitted for it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 from pyspark.sql.connect.streaming.query import StreamingQueryListenerBus as ConnectListenerBus
@@ -31,6 +31,7 @@ PAIRS = [
     (fakes.FakeRecordSizes, (RecordSizes, KafkaRecordSizes), set()),
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),
     (fakes.FakeConsumer, (Consumer,), set()),
+    (fakes.FakeProducer, (Producer,), set()),
     (fakes.FakeAdmin, (AdminClient,), set()),
     (fakes.FakeQuery, (StreamingQuery,), set()),
     (fakes.FakeWriter, (DataStreamWriter,), set()),
