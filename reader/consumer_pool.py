@@ -2,7 +2,7 @@
 
 Which process: a Python worker on an executor. Spark reuses a worker for task after task
 (``spark.python.worker.reuse``, on by default) and ends it after a minute idle, so the pool
-lives as long as the worker and holds at most :data:`CAPACITY` idle consumers.
+lives as long as the worker and holds at most 4 idle consumers (``core/client_pool.py``).
 
 Why: a fresh consumer first connects, asks for metadata and connects to each leader before
 the first record (measured by ``benchmarks/consumer_reuse.py``), paid by every task of every
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer
 
-from backlog_source.core.client_pool import CAPACITY, EVICT_EVERY_S, ClientPool
+from backlog_source.core.client_pool import EVICT_EVERY_S, ClientPool
 
 
 class ConsumerPool(ClientPool):
@@ -39,8 +39,8 @@ class ConsumerPool(ClientPool):
 
     kind = "consumer"
 
-    def __init__(self, factory=Consumer, *, capacity: int = CAPACITY, **kwargs) -> None:
-        super().__init__(factory, capacity=capacity, **kwargs)
+    def __init__(self, factory=Consumer, **kwargs) -> None:
+        super().__init__(factory, **kwargs)
 
     def _reset(self, consumer) -> None:
         assigned = consumer.assignment()
