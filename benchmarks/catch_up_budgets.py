@@ -115,6 +115,9 @@ SWEEP: dict[str, dict] = {
     # default is 16 MiB): what a catch-up range fetches past its end and drops.
     "backlog-fetch-ahead-4m": {"source": "backlog", "options": {"kafka.queued.max.messages.kbytes": "4096"}},
     "backlog-fetch-ahead-64m": {"source": "backlog", "options": {"kafka.queued.max.messages.kbytes": "65536"}},
+    # Catch-up fetches of librdkafka's 1 MiB per partition (the readers' size before fetches
+    # were sized by the bytes a range is expected to hold, up to 4 MiB).
+    "backlog-fetch-1m": {"source": "backlog", "options": {"kafka.max.partition.fetch.bytes": "1048576"}},
 }
 CONFIGS = {**MAIN_CONFIGS, **SWEEP}
 

@@ -68,9 +68,16 @@ _UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._
 _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 #: librdkafka's default per-partition fetch size, and the smallest one used for small ranges.
 _FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
+#: The largest per-partition fetch of a catch-up range whose bytes are known. The broker
+#: spends about a millisecond of CPU on every fetch request whatever its size, on the cores
+#: the readers share: reading 420 MiB of large records from one partition cost it 0.5 s in
+#: 1 MiB fetches and 0.2 s in 4 MiB ones (16 MiB saved little more; benchmarks/README.md
+#: part 16). What one fetch response holds in all stays bounded by the readers' fetch-ahead
+#: queue (librdkafka lowers a request's ``fetch.max.bytes`` to it, ``core/kafka_config.py``).
+_FETCH_BYTES_CATCH_UP = 4 << 20
 
 
-def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
+def fetch_bytes(ranges: Sequence[KafkaRange], bytes_per_offset: float | None = None) -> int:
     """``max.partition.fetch.bytes`` for a split: librdkafka's 1 MiB, or less for small
     ranges (1 KiB per record of the largest range rounded up to a power of two, at least
     64 KiB). The first fetch of each partition is that size whatever the range needs, so a
@@ -78,11 +85,18 @@ def fetch_bytes(ranges: Sequence[KafkaRange]) -> int:
     twice its reading time (benchmarks/README.md). A larger
     record still arrives whole (the broker returns at least one record batch), in more round
     trips. Powers of two keep the kinds of reader settings few, so pooled consumers match
-    the next split (the size is part of a consumer's settings)."""
-    wanted = max(r.size for r in ranges) * 1024
+    the next split (the size is part of a consumer's settings).
+
+    With ``bytes_per_offset`` (a catch-up batch planned from measured sizes), a range
+    expected to hold more bytes fetches more per request: up to the power of two that holds
+    the largest range, at most :data:`_FETCH_BYTES_CATCH_UP`, never less than the rule above."""
+    largest = max(r.size for r in ranges)
     size = _FETCH_BYTES_MIN
-    while size < wanted and size < _FETCH_BYTES_MAX:
+    while size < largest * 1024 and size < _FETCH_BYTES_MAX:
         size *= 2
+    if bytes_per_offset:
+        while size < largest * bytes_per_offset and size < _FETCH_BYTES_CATCH_UP:
+            size *= 2
     return size
 
 
@@ -151,7 +165,8 @@ def read_split(
     spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
     reported: set[Bucket] = set()
     sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes else None
-    sized = {} if "max.partition.fetch.bytes" in config.kafka.params else {"max.partition.fetch.bytes": fetch_bytes(ranges)}
+    sized = ({} if "max.partition.fetch.bytes" in config.kafka.params
+             else {"max.partition.fetch.bytes": fetch_bytes(ranges, split.bytes_per_offset)})
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
     key = settings_key(settings, (r.topic for r in ranges), generated_group_id="group.id" not in config.kafka.params)
     incidents: list[str] = []

@@ -72,7 +72,8 @@ def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit 
     # A batch planned with measured sizes is a catch-up batch under a budget: its readers
     # report what they read, so the next batch is planned from all of it, not a sample.
     report_sizes = reads.bytes_per_offset is not None
-    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, report_sizes)
+    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, report_sizes,
+                                                           reads.bytes_per_offset)
                                                 for task in tasks]
     return splits + [
         SnapshotSplit(

@@ -62,11 +62,14 @@ class KafkaSplit(InputPartition):
     batch of small ranges over many partitions costs a few tasks instead of one each.
     ``source_id`` names the source instance (stable across restarts of one checkpoint).
     ``report_sizes``: the batch is a catch-up batch planned under a byte or time budget, and
-    the task publishes what it read (``events/sizes_report.py``) for the next one's plan."""
+    the task publishes what it read (``events/sizes_report.py``) for the next one's plan.
+    ``bytes_per_offset``: the bytes per offset that batch was planned with (measured by the
+    readers before it), or None when sizes are not known; the reader sizes its fetches by it."""
 
     ranges: tuple[KafkaRange, ...]
     source_id: str = ""
     report_sizes: bool = False
+    bytes_per_offset: float | None = None
 
     def __post_init__(self) -> None:
         buckets = [r.bucket for r in self.ranges]

@@ -13,7 +13,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.events import dedup
 from backlog_source.events.sizes_report import TopicSizes
 from backlog_source.reader.consumer_pool import ConsumerPool
-from backlog_source.reader.kafka_reader import read_split
+from backlog_source.reader.kafka_reader import fetch_bytes, read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
 from tests.fakes import Err, FakeClock, FakeConsumer, Msg, eof
 
@@ -242,6 +242,24 @@ def test_small_ranges_fetch_less_and_a_users_setting_wins():
     consumer = FakeConsumer([[Msg(0)]])
     read(split(("t", 0, 0, 1)), consumer, settings)
     assert consumer.config["max.partition.fetch.bytes"] == "2000000"
+
+
+def test_a_catch_up_range_of_known_bytes_fetches_more_per_request_up_to_4_mib():
+    # 8,000 records of 4 KB: 32 MB expected; the record rule alone stops at 1 MiB.
+    large = [KafkaRange("t", 0, 0, 8_000), KafkaRange("t", 1, 0, 100)]
+    assert fetch_bytes(large) == 1_048_576
+    assert fetch_bytes(large, bytes_per_offset=4_000) == 4 << 20
+    # 1,500 records of 1 KB: 1.5 MB, the power of two that holds it.
+    assert fetch_bytes([KafkaRange("t", 0, 0, 1_500)], bytes_per_offset=1_000) == 2 << 20
+    # Small records never fetch less than the record rule gives.
+    assert fetch_bytes([KafkaRange("t", 0, 0, 5_000)], bytes_per_offset=100) == 1_048_576
+    assert fetch_bytes([KafkaRange("t", 0, 0, 10)], bytes_per_offset=100) == 65_536
+
+
+def test_the_reader_asks_for_the_fetch_size_of_its_splits_measured_bytes():
+    consumer = FakeConsumer([[Msg(0)], [eof(8_000)]])
+    read(KafkaSplit((KafkaRange("t", 0, 0, 8_000),), "src", report_sizes=True, bytes_per_offset=4_000.0), consumer)
+    assert consumer.config["max.partition.fetch.bytes"] == 4 << 20
 
 
 # ----------------------------------------------------------------------- the BacklogFinishEvent

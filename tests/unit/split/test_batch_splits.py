@@ -69,3 +69,6 @@ def test_a_batch_of_large_records_is_packed_into_tasks_bounded_in_bytes():
     splits = plan_splits(BatchReads("s", start, end, bytes_per_offset=3_600.0), DEFAULTS)
     assert len(splits) > 1
     assert all(s.records * 3_600.0 <= TASK_BYTES for s in splits)
+    # Every task carries the sizes it was planned with: its reader sizes fetches by them.
+    assert {s.bytes_per_offset for s in splits} == {3_600.0}
+    assert {s.bytes_per_offset for s in plan_splits(BatchReads("s", start, end), DEFAULTS)} == {None}
