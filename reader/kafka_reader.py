@@ -69,11 +69,12 @@ _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSE
 #: librdkafka's default per-partition fetch size, and the smallest one used for small ranges.
 _FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
 #: The largest per-partition fetch of a catch-up range whose bytes are known. The broker
-#: spends about a millisecond of CPU on every fetch request whatever its size, on the cores
-#: the readers share: reading 420 MiB of large records from one partition cost it 0.5 s in
-#: 1 MiB fetches and 0.2 s in 4 MiB ones (16 MiB saved little more; benchmarks/README.md
-#: part 16). What one fetch response holds in all stays bounded by the readers' fetch-ahead
-#: queue (librdkafka lowers a request's ``fetch.max.bytes`` to it, ``core/kafka_config.py``).
+#: spends CPU on every fetch request whatever its size, on the cores the readers share when
+#: it runs beside them: reading 420 MiB of mixed records from one partition cost it 0.41 s
+#: in 1 MiB fetches, 0.25 s in 4 MiB ones and 0.15 s in 16 MiB ones (benchmarks/fetch_size.py,
+#: benchmarks/README.md part 16). 4 MiB keeps one partition's response a quarter of the
+#: readers' fetch-ahead queue, which bounds a whole response (librdkafka lowers a request's
+#: ``fetch.max.bytes`` to it, ``core/kafka_config.py``).
 _FETCH_BYTES_CATCH_UP = 4 << 20
 
 
