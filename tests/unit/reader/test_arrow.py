@@ -2,12 +2,13 @@
 
 import datetime as dt
 
+import pyarrow as pa
 import pytest
 
 from backlog_source.core.errors import MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.enumerator.record_sizes import record_bytes
-from backlog_source.reader.arrow import data_bytes, data_bytes_by_topic, to_record_batch
+from backlog_source.reader.arrow import binary_column, data_bytes, data_bytes_by_topic, to_record_batch
 from tests.fakes import Msg
 
 UTC = dt.timezone.utc
@@ -22,6 +23,22 @@ def test_columns_follow_the_output_schema_with_and_without_headers():
         "key": b"k", "value": b"v", "topic": "orders", "partition": 3, "offset": 7,
         "timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC), "timestampType": 0, "headers": None,
     }]
+
+
+@pytest.mark.parametrize("items", [
+    [b"a", b"", b"ccc" * 1000, bytes(range(256))],  # no null: joined
+    [None, None, None],  # all null
+    [b"a", None, b""],  # some null
+    [],
+    [b""],
+], ids=["no-null", "all-null", "some-null", "empty", "one-empty-value"])
+def test_a_binary_column_is_what_pyarrow_builds(items):
+    column = binary_column(items)
+    expected = pa.array(items, pa.binary())
+    assert column.type == pa.binary() and column.equals(expected)
+    assert column.to_pylist() == items and column.null_count == expected.null_count
+    # What the byte budget counts reads the offsets buffer: the same for both.
+    assert data_bytes(pa.RecordBatch.from_arrays([column, column], ["k", "v"])) == 2 * sum(len(i or b"") for i in items)
 
 
 def test_null_keys_and_values_stay_null():
