@@ -31,7 +31,9 @@ def test_columns_follow_the_output_schema_with_and_without_headers():
     [b"a", None, b""],  # some null
     [],
     [b""],
-], ids=["no-null", "all-null", "some-null", "empty", "one-empty-value"])
+    [b"v" * 100] * 1_000,  # small values: pyarrow's converter
+    [b"v" * 4_000] * 999 + [None],  # large values, a null the sample misses
+], ids=["no-null", "all-null", "some-null", "empty", "one-empty-value", "small", "large-one-null"])
 def test_a_binary_column_is_what_pyarrow_builds(items):
     column = binary_column(items)
     expected = pa.array(items, pa.binary())
