@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import resource
 import sys
 import time
 
@@ -41,6 +40,7 @@ from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.batch_splits import TASK_BYTES
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
+from benchmarks.harness.costs import CpuAccount
 from benchmarks.harness.results import machine, write_results
 from benchmarks.harness.stats import summarize, with_spread
 from benchmarks.harness.traffic import create_live_topic, mixed_value
@@ -52,17 +52,7 @@ FIGURES = ("wall_s", "reader_cpu_s", "broker_cpu_s")
 MIXED_BYTES_PER_OFFSET = 4_300
 
 
-def own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def process_cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def read_whole(bootstrap: str, broker_pid: int, topic: str, records: int, fetch: str | None) -> dict:
+def read_whole(bootstrap: str, topic: str, records: int, fetch: str | None) -> dict:
     """Read ``[0, records)`` of ``topic``'s partition 0 in catch-up-sized ranges."""
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "backlog.enabled": "false"}
     if fetch is not None:
@@ -71,9 +61,8 @@ def read_whole(bootstrap: str, broker_pid: int, topic: str, records: int, fetch:
     per_range = TASK_BYTES // MIXED_BYTES_PER_OFFSET
     pool = ConsumerPool(Consumer, capacity=1)
     sink = pa.PythonFile(open(os.devnull, "wb"))
-    reader_before, broker_before, started = own_cpu_s(), process_cpu_s(broker_pid), time.perf_counter()
-    rows = 0
-    try:
+    started, rows = time.perf_counter(), 0
+    with CpuAccount() as cpu:
         for start in range(0, records, per_range):
             r = KafkaRange(topic, 0, start, min(records, start + per_range))
             writer = None
@@ -83,10 +72,9 @@ def read_whole(bootstrap: str, broker_pid: int, topic: str, records: int, fetch:
                 rows += batch.num_rows
             if writer is not None:
                 writer.close()
-    finally:
         pool.close_all()
-    figures = {"wall_s": time.perf_counter() - started, "reader_cpu_s": own_cpu_s() - reader_before,
-               "broker_cpu_s": process_cpu_s(broker_pid) - broker_before}
+    figures = {"wall_s": time.perf_counter() - started, "reader_cpu_s": cpu.seconds.get("benchmark", 0.0),
+               "broker_cpu_s": cpu.seconds.get("broker", 0.0)}
     if rows != records:
         raise SystemExit(f"read {rows} records of {records}")
     return figures
@@ -102,15 +90,14 @@ def main() -> None:
     workload = "mixed (90 % 200 B, 10 % 16-64 KB)"
     runs: dict[str, dict[str, list[dict]]] = {workload: {s: [] for s in settings}}
     with kafka(heap_mb=1024) as cluster:
-        bootstrap, broker_pid = cluster.bootstrap_servers, cluster.nodes[0].process.pid
+        bootstrap = cluster.bootstrap_servers
         create_live_topic(bootstrap, "fetch-size", 1)
         produce(bootstrap, "fetch-size", ((0, b"k%d" % i, mixed_value(rng)) for i in range(args.records)))
-        read_whole(bootstrap, broker_pid, "fetch-size", args.records, None)  # warm-up: page cache, JIT
+        read_whole(bootstrap, "fetch-size", args.records, None)  # warm-up: page cache, JIT
         for round_index in range(args.rounds):
             shift = round_index % len(settings)
             for setting in settings[shift:] + settings[:shift]:
-                runs[workload][setting].append(read_whole(bootstrap, broker_pid, "fetch-size", args.records,
-                                                          FETCH_SIZES[setting]))
+                runs[workload][setting].append(read_whole(bootstrap, "fetch-size", args.records, FETCH_SIZES[setting]))
     summary = summarize(runs, FIGURES)
     command = "python -m benchmarks.fetch_size " + " ".join(sys.argv[1:])
     lines = ["# A catch-up read's fetch size: the broker's CPU and the reader's", "",
