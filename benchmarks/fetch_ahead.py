@@ -66,7 +66,7 @@ def read_once(bootstrap: str, kbytes: int | None, start: int, end: int) -> dict:
 
     pool = ConsumerPool(factory, capacity=1)  # kept after the read, for its statistics
     started = time.perf_counter()
-    read = sum(data_bytes(batch) for batch in read_split(KafkaSplit((KafkaRange(TOPIC, 0, start, end),), "b", False),
+    read = sum(data_bytes(batch) for batch in read_split(KafkaSplit((KafkaRange(TOPIC, 0, start, end),), "b"),
                                                           config, pool=pool))
     seconds = time.perf_counter() - started
     (consumer,) = made

@@ -64,7 +64,7 @@ def read_in_this_process(bootstrap: str, topic: str, records: int, per_range: in
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     rows = 0
     for start in range(0, records, per_range):
-        split = KafkaSplit((KafkaRange(topic, 0, start, min(records, start + per_range)),), "bench", False)
+        split = KafkaSplit((KafkaRange(topic, 0, start, min(records, start + per_range)),), "bench")
         writer = None
         for batch in read_split(split, config, pool=pool):
             writer = writer or pa.ipc.new_stream(sink, batch.schema)

@@ -70,10 +70,9 @@ def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit 
         task_records = max(1, min(task_records, int(TASK_BYTES / reads.bytes_per_offset)))
     tasks = pack_tasks(ranges, task_records=task_records, min_tasks=settings.min_partitions or 1)
     # A batch planned with measured sizes is a catch-up batch under a budget: its readers
-    # report what they read, so the next batch is planned from all of it, not a sample.
-    report_sizes = reads.bytes_per_offset is not None
-    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, report_sizes,
-                                                           reads.bytes_per_offset)
+    # report what they read (KafkaSplit.report_sizes), so the next batch is planned from all
+    # of it, not a sample.
+    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, reads.bytes_per_offset)
                                                 for task in tasks]
     return splits + [
         SnapshotSplit(

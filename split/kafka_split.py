@@ -61,14 +61,13 @@ class KafkaSplit(InputPartition):
     """One task's reads: ranges of distinct buckets, read together by one consumer, so a
     batch of small ranges over many partitions costs a few tasks instead of one each.
     ``source_id`` names the source instance (stable across restarts of one checkpoint).
-    ``report_sizes``: the batch is a catch-up batch planned under a byte or time budget, and
-    the task publishes what it read (``events/sizes_report.py``) for the next one's plan.
-    ``bytes_per_offset``: the bytes per offset that batch was planned with (measured by the
-    readers before it), or None when sizes are not known; the reader sizes its fetches by it."""
+    ``bytes_per_offset``: the bytes per offset the batch was planned with (measured before
+    it), set only for a catch-up batch planned under a byte or time budget; None otherwise.
+    The reader sizes its fetches by it, and such a batch reports what it read
+    (:attr:`report_sizes`)."""
 
     ranges: tuple[KafkaRange, ...]
     source_id: str = ""
-    report_sizes: bool = False
     bytes_per_offset: float | None = None
 
     def __post_init__(self) -> None:
@@ -79,6 +78,12 @@ class KafkaSplit(InputPartition):
     @property
     def records(self) -> int:
         return sum(r.size for r in self.ranges)
+
+    @property
+    def report_sizes(self) -> bool:
+        """True for a catch-up batch planned under a budget: its task publishes what it read
+        (``events/sizes_report.py``), and the next batch is planned from all of it."""
+        return self.bytes_per_offset is not None
 
 
 @dataclass(frozen=True)

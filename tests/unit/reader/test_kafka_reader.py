@@ -258,7 +258,7 @@ def test_a_catch_up_range_of_known_bytes_fetches_more_per_request_up_to_4_mib():
 
 def test_the_reader_asks_for_the_fetch_size_of_its_splits_measured_bytes():
     consumer = FakeConsumer([[Msg(0)], [eof(8_000)]])
-    read(KafkaSplit((KafkaRange("t", 0, 0, 8_000),), "src", report_sizes=True, bytes_per_offset=4_000.0), consumer)
+    read(KafkaSplit((KafkaRange("t", 0, 0, 8_000),), "src", bytes_per_offset=4_000.0), consumer)
     assert consumer.config["max.partition.fetch.bytes"] == 4 << 20
 
 
@@ -404,7 +404,7 @@ def test_a_catch_up_split_reports_what_it_read_before_its_last_batch_is_handed_o
     script = [[Msg(0, b"v" * 10, partition=0), Msg(1, b"v" * 20, key=None, partition=0)],
               [Msg(2, b"", headers=[("h", b"xyz")], partition=0), Msg(0, b"w" * 100, partition=1)],
               [Msg(4, b"w" * 50, partition=1), eof(5, partition=1)]]
-    batches = read_split(KafkaSplit(ranges, "src-r", report_sizes=True), config,
+    batches = read_split(KafkaSplit(ranges, "src-r", bytes_per_offset=100.0), config,
                          pool=ConsumerPool(FakeConsumer(script), capacity=0),
                          publish_event=lambda settings, event: published.append(event) or True)
     next(batches), next(batches)
@@ -421,7 +421,7 @@ def test_no_report_outside_catch_up_batches():
     published = []
     ranges = (KafkaRange("t", 0, 0, 1), KafkaRange("t", 1, 0, 1))
     script = [[Msg(0, partition=0), Msg(0, partition=1)]]
-    list(read_split(KafkaSplit(ranges, "src-s", report_sizes=False), SETTINGS,
+    list(read_split(KafkaSplit(ranges, "src-s"), SETTINGS,
                     pool=ConsumerPool(FakeConsumer(script), capacity=0),
                     publish_event=lambda settings, event: published.append(event) or True))
     assert published == []
@@ -436,7 +436,7 @@ def test_a_split_over_several_topics_reports_each_topics_own_bytes_and_offsets()
                Msg(1, b"s" * 10, topic="small", partition=0), Msg(0, b"s" * 20, topic="small", partition=1)],
               [Msg(11, b"L" * 7_000, key=None, topic="large", partition=0), Msg(1, b"s" * 20, topic="small", partition=1),
                eof(3, topic="small", partition=0)]]
-    list(read_split(KafkaSplit(ranges, "src-m", report_sizes=True), SETTINGS,
+    list(read_split(KafkaSplit(ranges, "src-m", bytes_per_offset=100.0), SETTINGS,
                     pool=ConsumerPool(FakeConsumer(script), capacity=0),
                     publish_event=lambda settings, event: published.append(event) or True))
     [report] = published
@@ -451,7 +451,7 @@ def test_a_split_over_several_topics_counts_the_batches_read_after_one_topic_is_
     ranges = (KafkaRange("small", 0, 0, 1), KafkaRange("large", 0, 0, 3))
     script = [[Msg(0, b"s" * 10, topic="small"), Msg(0, b"L" * 1_000, topic="large")],
               [Msg(1, b"L" * 2_000, topic="large"), Msg(2, b"L" * 3_000, topic="large")]]
-    list(read_split(KafkaSplit(ranges, "src-o", report_sizes=True), SETTINGS,
+    list(read_split(KafkaSplit(ranges, "src-o", bytes_per_offset=100.0), SETTINGS,
                     pool=ConsumerPool(FakeConsumer(script), capacity=0),
                     publish_event=lambda settings, event: published.append(event) or True))
     [report] = published
@@ -465,7 +465,7 @@ def test_a_split_over_several_topics_reports_nothing_when_one_topic_lost_records
                              [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22))
     published = []
     ranges = (KafkaRange("t", 0, 5, 22), KafkaRange("u", 1, 0, 1))
-    batches = list(read_split(KafkaSplit(ranges, "src-l", report_sizes=True), settings,
+    batches = list(read_split(KafkaSplit(ranges, "src-l", bytes_per_offset=100.0), settings,
                               pool=ConsumerPool(consumer, capacity=0),
                               publish_event=lambda config, event: published.append(event) or True))
     assert sorted(offsets_read(batches)) == [0, 20, 21] and published == []
@@ -480,7 +480,7 @@ def test_a_split_that_skipped_records_lost_to_retention_reports_nothing():
         [[Msg(-1001, error=Err(KafkaError._AUTO_OFFSET_RESET))], [Msg(20), Msg(21)], [eof(22)]], watermarks=(20, 22)
     )
     published = []
-    batches = list(read_split(KafkaSplit((KafkaRange("t", 0, 5, 22),), "src-l", report_sizes=True), settings,
+    batches = list(read_split(KafkaSplit((KafkaRange("t", 0, 5, 22),), "src-l", bytes_per_offset=100.0), settings,
                               pool=ConsumerPool(consumer, capacity=0),
                               publish_event=lambda config, event: published.append(event) or True))
     assert offsets_read(batches) == [20, 21] and published == []
