@@ -17,10 +17,11 @@ package's own modules: the Spark data source, the mode switch, the command line,
 command, and ``backlog_source.demo`` (the demo and the brokers it starts, which tests and
 benchmarks use too; never on a query's path).
 
-The names of the user's driver program (the mode switch, the metrics) are imported when first
-used: Spark's Python processes (the source's runner on the driver, every executor worker)
-import this package to unpickle the source and its splits, and a fresh one pays every import
-at query start-up; they need only the data source.
+The names of the user's driver program (the mode switch, the metrics) and the stream reader
+are imported when first used: Spark's Python processes (the one ``load()`` starts, the
+source's runner on the driver, every executor worker) import this package to unpickle the
+source and its splits, and a fresh one pays every import at query start-up; ``load()``'s
+needs only the data source, not the read path and Arrow that the stream reader imports.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from backlog_source.core.errors import (
     SnapshotError,
 )
 from backlog_source.core.settings import SourceSettings, parse_options
-from backlog_source.datasource import BacklogDataSource, BacklogStreamReader
+from backlog_source.datasource import BacklogDataSource
 
 if TYPE_CHECKING:
     from backlog_source.metrics import lag_metrics
@@ -58,13 +59,15 @@ if TYPE_CHECKING:
         install,
         start_backlog_aware,
     )
+    from backlog_source.stream_reader import BacklogStreamReader
 
-#: Imported on first use (PEP 562), not by Spark's Python processes: name -> its module.
+#: Imported on first use (PEP 562): name -> its module.
 _LAZY = {
     **dict.fromkeys(("BacklogAwareQuery", "BacklogModeListener", "Mode", "SessionModeSwitch", "StopTimeoutError",
                      "SwitchMethod", "Transition", "disable_metrics", "enable_metrics", "install",
                      "start_backlog_aware"), "backlog_source.mode_switch"),
     "lag_metrics": "backlog_source.metrics",
+    "BacklogStreamReader": "backlog_source.stream_reader",
 }
 
 

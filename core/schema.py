@@ -3,11 +3,15 @@
 Also the Arrow schema the reader builds batches in. PySpark checks a data source's Arrow
 batches against ``to_arrow_schema(schema, timezone="UTC")`` with exact equality, so the Arrow
 schema is derived with that same function rather than written out a second time.
+
+Arrow is not imported here: the process ``load()`` starts needs the Spark schema only, and
+pyarrow (with numpy) is most of what it would import (see ``backlog_source/datasource.py``).
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
+
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -19,6 +23,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _BASE_FIELDS = [
     StructField("key", BinaryType()),

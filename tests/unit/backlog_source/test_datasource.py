@@ -4,7 +4,7 @@ import pickle
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
-from backlog_source.datasource import BacklogStreamReader
+from backlog_source.stream_reader import BacklogStreamReader
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.split.batch_splits import plan_splits

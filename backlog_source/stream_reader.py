@@ -1,0 +1,139 @@
+"""``spark.readStream.format("backlog")``: the reader of a streaming query, Spark's hooks
+delegating to the enumerator on the driver and to the read path on executors (which process
+runs which hook: :mod:`backlog_source.datasource`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from backlog_source.core import step_timings
+from backlog_source.core.buckets import to_nested
+from backlog_source.core.settings import ReaderConfig, SourceSettings
+from backlog_source.enumerator import state_codec as offset_codec
+from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.kafka_admin import KafkaAdmin
+from backlog_source.events.control_topic import ControlTopic
+from backlog_source.reader.kafka_reader import read_split
+from backlog_source.reader.snapshot_reader import read_snapshot_split
+from backlog_source.reader.worker_heap import prepare_once
+from backlog_source.split.batch_splits import plan_splits
+from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
+from backlog_source.split.planning import ReadBudget
+
+
+class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's stream-reader hooks, delegating to :class:`~backlog_source.enumerator.enumerator.Enumerator`
+    on the driver and to :func:`~backlog_source.reader.kafka_reader.read_split` on executors."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings: SourceSettings | None = settings
+        self.reader_config: ReaderConfig = settings.reader_config
+        self._enumerator: Enumerator | None = None
+
+    def __getstate__(self) -> dict:
+        # Spark pickles this object into every task: executors get the narrow reader
+        # configuration only, never the planner's settings or a Kafka client.
+        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None}
+
+    @property
+    def enumerator(self) -> Enumerator:
+        if self._enumerator is None:
+            settings = self._driver_settings()
+            client = KafkaAdmin.from_settings(settings)
+            control = ControlTopic(settings, client) if settings.backlog_enabled else None
+            self._enumerator = Enumerator(settings, client, control)
+        return self._enumerator
+
+    def _driver_settings(self) -> SourceSettings:
+        if self.settings is None:
+            raise RuntimeError("the planner's settings are not shipped to executors")
+        return self.settings
+
+    # -- driver --------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return offset_codec.encode(self.enumerator.initial_offset())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Spark's Python API has no composite limit, and the limit must follow the backlog
+        # state, which changes while the query runs. So the default limit is a marker that
+        # means "the source's own options decide" (see _budget).
+        budget = ReadBudget.from_settings(self._driver_settings())
+        if budget.caps:
+            return ReadMaxRows(max(budget.caps))
+        if budget.min_records is not None:
+            return ReadMinRows(budget.min_records)
+        if budget.backlog_max_bytes is not None:
+            return ReadMaxBytes(budget.backlog_max_bytes)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start_offset = offset_codec.decode(start)
+        end = self.enumerator.latest_offset(start_offset, self._budget(limit))
+        # Returning the very dict Spark gave us tells it there is nothing new to run.
+        return start if end == start_offset else offset_codec.encode(end)
+
+    def _budget(self, limit: ReadLimit) -> ReadBudget:
+        """The batch budget for Spark's ``limit``.
+
+        Our default limit means: the source's own options decide (:meth:`ReadBudget.from_settings`):
+        ``backlog.maxOffsetsPerTrigger``, ``backlog.maxBytesPerTrigger`` and
+        ``backlog.targetBatchDuration`` while processing backlog (the enumerator applies them
+        once it knows this batch's backlog state), else ``maxOffsetsPerTrigger`` (or
+        everything), with ``minOffsetsPerTrigger`` applied too. Spark hands the default limit
+        back for processing-time triggers and ``Trigger.AvailableNow``; any other limit is
+        honoured as given: ``ReadAllAvailable``, which Spark passes for ``Trigger.Once``
+        (``MicroBatchExecution``: a one-time trigger reads everything), reads everything, as
+        Spark's Kafka source does there.
+        """
+        if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
+            return ReadBudget.from_settings(self._driver_settings())
+        if isinstance(limit, ReadMaxRows):
+            return ReadBudget(max_records=limit.max_rows)
+        if isinstance(limit, ReadMinRows):
+            return ReadBudget(min_records=limit.min_rows)
+        return ReadBudget()
+
+    def reportLatestOffset(self) -> dict | None:
+        latest = self.enumerator.report_latest()
+        return to_nested(latest) if latest else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.enumerator.prepare_for_available_now()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The splits of the batch ``[start, end)``, planned by the enumerator
+        (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
+        offsets, so a replayed batch gets the same splits."""
+        with step_timings.step("driver.partitions"):
+            reads = offset_codec.decode(end).reads_since(offset_codec.decode(start))
+            return plan_splits(reads, self._driver_settings())
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._enumerator is not None:
+            self._enumerator.close()
+            self._enumerator = None
+
+    # -- executors -----------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        prepare_once()
+        if isinstance(partition, SnapshotSplit):
+            return read_snapshot_split(partition, self.reader_config)
+        if not isinstance(partition, KafkaSplit):
+            raise TypeError(f"expected a KafkaSplit or SnapshotSplit, got {type(partition).__name__}")
+        return read_split(partition, self.reader_config)
