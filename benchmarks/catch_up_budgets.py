@@ -81,6 +81,7 @@ from benchmarks.harness.progress import (
     offset_of,
     step_medians,
     step_table,
+    timestamp_s,
 )
 from benchmarks.harness.record_latency import record_latencies
 from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
@@ -294,12 +295,13 @@ class CatchUpJob:
         (work / "spec.json").write_text(json.dumps(spec))
         self.job = JobProcess("benchmarks.harness.catch_up_job", [str(work / "spec.json")], work / "job.log")
 
-    def start(self, timeout_s: float) -> float:
-        """Start the job; returns the wall-clock time its ``start()`` was called."""
+    def start(self, timeout_s: float) -> dict[str, float]:
+        """Start the job; returns its ``started.json``: the wall-clock times its ``main()`` began,
+        its session was ready, ``load()`` returned and ``start()`` was called."""
         (self.work / "started.json").unlink(missing_ok=True)
         self.job.start()
         wait_until(lambda: self.job.running() and (self.work / "started.json").exists(), timeout_s, "the job to start")
-        return json.loads((self.work / "started.json").read_text())["start_called"]
+        return json.loads((self.work / "started.json").read_text())
 
     def progress(self) -> list[dict]:
         path = self.work / "progress.jsonl"
@@ -343,7 +345,7 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
                 "jars": [str(j) for j in spark_kafka_connector_jars()] if config["source"] == "kafka" else []}
         job = CatchUpJob(spec, work)
         try:
-            called = job.start(timeout_s=300)
+            called = job.start(timeout_s=300)["start_called"]
             half = HISTORY + (sum(ends.values()) - HISTORY) / 2
 
             def committed() -> int:
@@ -355,10 +357,13 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
             job.kill()
             killed_at = time.time()
             committed_at_kill = committed()
-            restarted = job.start(timeout_s=300)
+            before_restart = len(job.progress())
+            started = job.start(timeout_s=300)
+            restarted = started["start_called"]
             wait_until(lambda: job.running() and commit_time_reaching(job.progress(), topic, ends) is not None,
                        args.timeout, f"{name}: the restarted job did not drain the backlog")
             caught_up = commit_time_reaching(job.progress(), topic, ends)
+            recovered = [p for p in job.progress()[before_restart:] if p["numInputRows"]]
         except (TimeoutError, RuntimeError) as exc:
             print(f"{workload} {name}: recovery failed: {exc}", flush=True)
             return {"recovery_failed": str(exc)[-4000:]}
@@ -367,7 +372,16 @@ def recover(bench, workload: str, name: str, args, round_index: int, drain_s: fl
         delete_topic(bench.bootstrap, topic)
     total = sum(ends.values()) - HISTORY
     result = {"recovery_s": caught_up - restarted, "kill_to_caught_up_s": caught_up - killed_at,
-              "committed_before_kill": (committed_at_kill - HISTORY) / total, "killed_after_s": killed_at - called}
+              "committed_before_kill": (committed_at_kill - HISTORY) / total, "killed_after_s": killed_at - called,
+              # Where a restart's time goes: before start() (the new JVM, registering and loading
+              # the source) and the restarted job's batches with data, in Spark's steps.
+              "restart_phases_s": {"kill_to_main": started["began"] - killed_at,
+                                   "session": started["session_ready"] - started["began"],
+                                   "load": started["loaded"] - started["session_ready"],
+                                   "to_start": restarted - started["loaded"]},
+              "first_recovered_batch_committed_s": committed_at(recovered[0]) - restarted,
+              "recovered_batches": [{"batchId": p["batchId"], "numInputRows": p["numInputRows"],
+                                     "timestamp": p["timestamp"], "durationMs": p["durationMs"]} for p in recovered]}
     print(f"{workload} {name}: killed {killed_at - called:.1f} s after start() with {result['committed_before_kill']:.0%} committed; "
           f"restarted job caught up {result['recovery_s']:.1f} s after its start() "
           f"({result['kill_to_caught_up_s']:.1f} s after the kill)", flush=True)
@@ -390,9 +404,51 @@ def startup_floor(bench) -> float:
     return first_trigger_and_total_s(bench.spark.readStream.format("trivial_python").load())[0]
 
 
+def restart_floor(folder: str) -> dict[str, float]:
+    """What a fresh job of the one-row Python source spends in ``load()`` and from ``start()``
+    to its first trigger (in seconds): what a restarted job pays for any Python streaming
+    source, a fresh JVM's and fresh Python processes' share of PySpark's machinery."""
+    work = Path(folder) / "floor"
+    work.mkdir()
+    spec = {"source": "trivial_python", "options": {}, "trigger": "0 seconds", "sink": "noop",
+            "checkpoint": f"{folder}/floor-checkpoint", "work": str(work), "jars": []}
+    job = CatchUpJob(spec, work)
+    try:
+        started = job.start(timeout_s=300)
+        wait_until(lambda: job.running() and bool(job.progress()), 300, "the one-row Python source's first trigger")
+        first_trigger = timestamp_s(job.progress()[0]["timestamp"])
+    finally:
+        job.stop()
+    return {"load_s": started["loaded"] - started["session_ready"],
+            "first_trigger_s": first_trigger - started["start_called"]}
+
+
+def with_recovery_less_floor(runs: dict[str, dict[str, list[dict]]], floors: list[dict[str, float]]) -> None:
+    """Adds ``kill_to_caught_up_less_floor_s`` to each ``format("backlog")`` run with a kill -9
+    figure: less its round's restart floor (:func:`restart_floor`): the first trigger's, and the
+    share of the Python source's ``load()`` above the median ``load()`` of ``format("kafka")``'s
+    restarted jobs (what a JVM source pays there too stays in the figure). ``format("kafka")``'s
+    figure is the same as without the floor."""
+    kafka_loads = [r["restart_phases_s"]["load"] for by_config in runs.values() for n, rs in by_config.items()
+                   if CONFIGS[n]["source"] == "kafka" for r in rs if "restart_phases_s" in r]
+    kafka_load = percentile(kafka_loads, 0.5) if kafka_loads else None
+    for by_config in runs.values():
+        for name, rs in by_config.items():
+            for r in rs:
+                if "kill_to_caught_up_s" not in r:
+                    continue
+                floor = floors[r["round"]]
+                less = 0.0
+                if CONFIGS[name]["source"] == "backlog":
+                    less = floor["first_trigger_s"] + (max(0.0, floor["load_s"] - kafka_load)
+                                                       if kafka_load is not None else 0.0)
+                r["kill_to_caught_up_less_floor_s"] = r["kill_to_caught_up_s"] - less
+
+
 FIGURES = ("drain_s", "drain_less_floor_s", "largest_batch_bytes_mib", "largest_batch_records", "largest_batch_s",
            "batches_to_drain", "heap_peak_mib", "python_rss_peak_mib", "largest_worker_mib", "files", "latency_p50_s",
-           "latency_p99_s", "recovery_s", "kill_to_caught_up_s", "committed_before_kill")
+           "latency_p99_s", "recovery_s", "kill_to_caught_up_s", "kill_to_caught_up_less_floor_s",
+           "committed_before_kill")
 #: Markdown columns: figure -> (header, format).
 COLUMNS = {"drain_s": ("drain s", ".1f"), "drain_less_floor_s": ("drain less floor s", ".1f"),
            "largest_batch_bytes_mib": ("largest batch MiB", ".0f"), "largest_batch_records": ("largest batch records", ".0f"),
@@ -402,15 +458,52 @@ COLUMNS = {"drain_s": ("drain s", ".1f"), "drain_less_floor_s": ("drain less flo
            "latency_p50_s": ("live p50 s", ".2f"), "latency_p99_s": ("live p99 s", ".2f"),
            "recovery_s": ("kill -9: start() -> caught up s", ".1f"),
            "kill_to_caught_up_s": ("kill -9 -> caught up s", ".1f"),
+           "kill_to_caught_up_less_floor_s": ("kill -9 -> caught up less floor s", ".1f"),
            "committed_before_kill": ("committed at kill", ".2f")}
 
 
-def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) -> None:
+def restart_table(by_config: dict[str, list[dict]]) -> list[str]:
+    """Where the kill -9 runs' restart went, median over rounds: before ``start()`` (to the
+    job's ``main()``, the session with the source registered, ``load()``, to ``start()``),
+    then the first batch the restarted job committed and the batches after it."""
+    def med(values) -> str:
+        values = [v for v in values if v is not None]
+        return f"{percentile(values, 0.5):.2f}" if values else "n/a"
+
+    lines = ["Where a restart after kill -9 went (median over rounds; s, and ms for Spark's steps): before "
+             "`start()`, then the restarted job's batches with data (the first one replays the batch in flight "
+             "at the kill).", "",
+             "| configuration | kill -> main() | session + register | load() | -> start() | start() -> first batch "
+             "committed | first batch: triggerExecution / addBatch ms | later batches: triggerExecution / addBatch "
+             "ms (median) | batches |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, rs in by_config.items():
+        rs = [r for r in rs if "restart_phases_s" in r and r["recovered_batches"]]
+        if not rs:
+            continue
+        phases = [r["restart_phases_s"] for r in rs]
+        firsts = [r["recovered_batches"][0]["durationMs"] for r in rs]
+        laters = [b["durationMs"] for r in rs for b in r["recovered_batches"][1:]]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(med(p[k] for p in phases) for k in ("kill_to_main", "session", "load", "to_start"))
+            + f" | {med(r['first_recovered_batch_committed_s'] for r in rs)}"
+            + f" | {med(f['triggerExecution'] for f in firsts)} / {med(f.get('addBatch') for f in firsts)}"
+            + f" | {med(d['triggerExecution'] for d in laters)} / {med(d.get('addBatch') for d in laters)}"
+            + f" | {med(len(r['recovered_batches']) for r in rs)} |")
+    return lines + [""]
+
+
+def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], restart_floors: list[dict[str, float]],
+           args) -> None:
     command = "python -m benchmarks.catch_up_budgets " + " ".join(sys.argv[1:])
     summaries = {w: {n: {f: median_and_spread([r[f] for r in rs if r.get(f) is not None]) for f in FIGURES}
                      | {"failed": sum(1 for r in rs if "failed" in r), "runs": len(rs)}
                      for n, rs in by_config.items()} for w, by_config in runs.items()}
     floor = median_and_spread(floors)
+
+    def restart_floor_s(part: str) -> str:
+        return with_spread(median_and_spread([f[part] for f in restart_floors]))
     columns = [f for f in FIGURES if f != "files" or args.sink == "parquet"]
     lines = [
         "# Catch-up batches sized by bytes and time against format(\"kafka\")'s record caps", "",
@@ -431,7 +524,12 @@ def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) ->
            "half the backlog has committed (with batches too large for that, the warm drain's time after `start()`: "
            "the batch in flight is lost), then started again on its checkpoint; `start()` -> caught up excludes the "
            "new JVM's start-up, kill -9 -> caught up includes it; committed at kill: the backlog's share committed "
-           "before the kill (the rest is read again)." if args.recovery else ""), "",
+           "before the kill (the rest is read again). Less floor: for `format(\"backlog\")`, less what a fresh job "
+           "of the one-row Python source pays that a JVM source does not, measured once per round in a job of its "
+           f"own: `start()` -> first trigger, {restart_floor_s('first_trigger_s')} s, and `load()`, "
+           f"{restart_floor_s('load_s')} s, above the median "
+           "`load()` of `format(\"kafka\")`'s restarted jobs (in the table of where a restart went, below)."
+           if args.recovery else ""), "",
     ]
     for workload, by_config in summaries.items():
         lines += [f"## {workload}", "", "| configuration | failed | " + " | ".join(COLUMNS[f][0] for f in columns) + " |",
@@ -442,9 +540,12 @@ def report(runs: dict[str, dict[str, list[dict]]], floors: list[float], args) ->
         lines += ["", "Spark's steps of a drain batch (`durationMs`, median per run, median over rounds, ms):", "",
                   *step_table({n: [r for r in rs if "failed" not in r] for n, rs in runs[workload].items()},
                               "steps_ms"), ""]
+        if args.recovery:
+            lines += restart_table(runs[workload])
     write_results("catch_up_budgets", args.results_name,
                   {"command": command, "machine": machine(), "kafka": kafka_version(), "spark": pyspark.__version__,
-                   "args": vars(args), "configs": CONFIGS, "floor_s": floors, "summaries": summaries, "runs": runs},
+                   "args": vars(args), "configs": CONFIGS, "floor_s": floors, "restart_floors": restart_floors,
+                   "summaries": summaries, "runs": runs},
                   lines)
     save_batch_timelines("catch_up_budgets", args.results_name, runs)
 
@@ -472,20 +573,26 @@ def main() -> None:
     workloads = [w.strip() for w in args.workloads.split(",")]
     runs: dict[str, dict[str, list[dict]]] = {w: {c: [] for c in configs} for w in workloads}
     floors: list[float] = []
+    restart_floors: list[dict[str, float]] = []
     with kafka_and_spark(connector=True) as bench:
         startup_floor(bench)  # its warm-up
         for round_index in range(args.runs):
             floors.append(startup_floor(bench))
+            if args.recovery:
+                with tempfile.TemporaryDirectory() as folder:
+                    restart_floors.append(restart_floor(folder))
             for workload in workloads:
                 for name in rotated(configs, round_index):
-                    result = run(bench, workload, name, args, round_index)
+                    result = run(bench, workload, name, args, round_index) | {"round": round_index}
                     if "drain_s" in result:
                         result["drain_less_floor_s"] = result["drain_s"] - (
                             floors[-1] if CONFIGS[name]["source"] == "backlog" else 0.0)
                         if args.recovery:
                             result.update(recover(bench, workload, name, args, round_index, result["drain_s"]))
                     runs[workload][name].append(result)
-    report(runs, floors, args)
+    if args.recovery:
+        with_recovery_less_floor(runs, restart_floors)
+    report(runs, floors, restart_floors, args)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@ Kafka topic on an existing checkpoint, run until told to stop, as a user's job r
 
     python -m benchmarks.harness.catch_up_job SPEC.json
 
-``SPEC.json`` names the broker, topic, source (``backlog`` or ``kafka``), its options, the
-trigger, the sink (``parquet`` or ``arrow``: a ``foreachBatch`` calling ``toArrow()``), the
-checkpoint and output folders, Spark's Kafka connector jars, and ``work``: a folder this job
-writes to. There it appends every progress event as a JSON line to ``progress.jsonl`` (a
-restarted job continues the file), writes ``started.json`` (``{"start_called": <wall s>}``)
-just before ``start()``, and stops cleanly once the file ``stop`` exists. The benchmark
-starts it with ``start_new_session=True`` so that one SIGKILL to the process group kills
-the job whole (this process, its JVM and the JVM's Python workers). Spark's defaults.
+``SPEC.json`` names the broker, topic, source (``backlog`` or ``kafka``; or ``trivial_python``,
+the one-row Python source of :mod:`benchmarks.harness.trivial_source`, into ``noop``: a
+restart's floor), its options, the trigger, the sink (``parquet`` or ``arrow``: a
+``foreachBatch`` calling ``toArrow()``), the checkpoint and output folders, Spark's Kafka
+connector jars, and ``work``: a folder this job writes to. There it appends every progress
+event as a JSON line to ``progress.jsonl`` (a restarted job continues the file), writes
+``started.json`` just before ``start()`` (wall-clock seconds: ``began``, when :func:`main`
+began; ``session_ready``, the session built and the source registered; ``loaded``, after
+``load()``; ``start_called``), and stops cleanly once the file ``stop`` exists. The benchmark
+starts it with ``start_new_session=True`` so that one SIGKILL to the process group kills the
+job whole (this process, its JVM and the JVM's Python workers). Spark's defaults.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ def to_arrow(batch_df, batch_id) -> None:
 
 
 def main() -> None:
+    began = time.time()
     spec = json.loads(Path(sys.argv[1]).read_text())
     work = Path(spec["work"])
     from benchmarks.harness.broker_and_spark import spark_session
     from benchmarks.harness.progress import ProgressLog
 
     spark = spark_session(jars=spec["jars"] or None)
+    session_ready = time.time()
     progress_file = open(work / "progress.jsonl", "a")
 
     def record(progress: dict) -> None:
@@ -39,14 +44,25 @@ def main() -> None:
         progress_file.flush()
 
     spark.streams.addListener(ProgressLog(on_event=record, keep=False).listener)
-    df = (spark.readStream.format(spec["source"]).option("kafka.bootstrap.servers", spec["bootstrap"])
-          .option("subscribe", spec["topic"]).option("startingOffsets", "earliest").options(**spec["options"]).load())
+    if spec["source"] == "trivial_python":
+        from benchmarks.harness.trivial_source import register_trivial_source
+
+        register_trivial_source(spark)
+        df = spark.readStream.format("trivial_python").load()
+    else:
+        df = (spark.readStream.format(spec["source"]).option("kafka.bootstrap.servers", spec["bootstrap"])
+              .option("subscribe", spec["topic"]).option("startingOffsets", "earliest").options(**spec["options"])
+              .load())
+    loaded = time.time()
     writer = df.writeStream.option("checkpointLocation", spec["checkpoint"]).trigger(processingTime=spec["trigger"])
-    if spec["sink"] == "parquet":
+    if spec["source"] == "trivial_python":
+        writer = writer.format("noop")
+    elif spec["sink"] == "parquet":
         writer = writer.format("parquet").option("path", spec["output"])
     else:
         writer = writer.foreachBatch(to_arrow)
-    (work / "started.json").write_text(json.dumps({"start_called": time.time()}))
+    (work / "started.json").write_text(json.dumps({"began": began, "session_ready": session_ready, "loaded": loaded,
+                                                   "start_called": time.time()}))
     query = writer.start()
     while not (work / "stop").exists():
         if query.awaitTermination(1.0):
