@@ -41,7 +41,10 @@ files written (Parquet), and a failure (e.g. the driver out of memory) as an out
 (:mod:`benchmarks.harness.catch_up_job`), is killed with SIGKILL once half the backlog has
 committed (or, with batches that large, a warm drain's time after
 ``start()``) and started again on its checkpoint: the time to caught-up, and the share of the
-backlog committed before the kill (the rest is read again).
+backlog committed before the kill (the rest is read again); where the restart's time went
+(before ``start()``: the session, ``load()``; then its batches), and the same less a restart
+floor: what a fresh job of the one-row Python source pays in ``load()`` and to its first
+trigger (:func:`restart_floor`, once per round).
 
 Usage::
 
