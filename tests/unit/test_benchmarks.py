@@ -70,3 +70,20 @@ def test_drain_batches_and_batch_timeline_read_progress_events():
                                                {"start": 2.0, "seconds": 0.5, "records": 3},
                                                {"start": 4.0, "seconds": 0.25, "records": 0},
                                                {"start": 5.0, "seconds": 2.0, "records": 1}]
+
+
+def test_the_recovery_less_the_floor_takes_off_only_what_a_python_source_pays_beyond_a_jvm_source():
+    from benchmarks.catch_up_budgets import with_recovery_less_floor
+
+    def run(load: float) -> dict:
+        return {"round": 0, "kill_to_caught_up_s": 60.0, "restart_phases_s": {"load": load}}
+
+    runs = {"mixed": {"kafka-cap-mixed-256m": [run(0.9)], "backlog-default": [run(3.4)]}}
+    with_recovery_less_floor(runs, [{"first_trigger_s": 2.5, "load_s": 3.0}])
+    assert runs["mixed"]["kafka-cap-mixed-256m"][0]["kill_to_caught_up_less_floor_s"] == 60.0
+    # the first trigger's 2.5 s, and the one-row source's load() above format("kafka")'s: 3.0 - 0.9
+    assert runs["mixed"]["backlog-default"][0]["kill_to_caught_up_less_floor_s"] == pytest.approx(60.0 - 2.5 - 2.1)
+
+    alone = {"mixed": {"backlog-default": [run(3.4)]}}  # no format("kafka") restart to compare load() with
+    with_recovery_less_floor(alone, [{"first_trigger_s": 2.5, "load_s": 3.0}])
+    assert alone["mixed"]["backlog-default"][0]["kill_to_caught_up_less_floor_s"] == pytest.approx(57.5)
