@@ -89,7 +89,7 @@ from benchmarks.harness.progress import (
 from benchmarks.harness.record_latency import record_latencies
 from benchmarks.harness.results import batch_timeline, machine, save_batch_timelines, write_results
 from benchmarks.harness.runs import first_trigger_and_total_s, rotated, wait_until
-from benchmarks.harness.stats import median_and_spread, percentile, with_spread
+from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
 from benchmarks.harness.traffic import create_live_topic, log_ends, produce_and_catch_up
 from benchmarks.harness.trivial_source import register_trivial_source
 
@@ -470,8 +470,7 @@ def restart_table(by_config: dict[str, list[dict]]) -> list[str]:
     job's ``main()``, the session with the source registered, ``load()``, to ``start()``),
     then the first batch the restarted job committed and the batches after it."""
     def med(values) -> str:
-        values = [v for v in values if v is not None]
-        return f"{percentile(values, 0.5):.2f}" if values else "n/a"
+        return fmt(median_and_spread([v for v in values if v is not None])["median"])
 
     lines = ["Where a restart after kill -9 went (median over rounds; s, and ms for Spark's steps): before "
              "`start()`, then the restarted job's batches with data (the first one replays the batch in flight "

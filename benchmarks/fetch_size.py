@@ -66,7 +66,8 @@ def read_whole(bootstrap: str, topic: str, records: int, fetch: str | None) -> d
         for start in range(0, records, per_range):
             r = KafkaRange(topic, 0, start, min(records, start + per_range))
             writer = None
-            for batch in read_split(KafkaSplit((r,), "bench", bytes_per_offset=float(MIXED_BYTES_PER_OFFSET)), config, pool=pool):
+            split = KafkaSplit((r,), "bench", bytes_per_offset=float(MIXED_BYTES_PER_OFFSET))
+            for batch in read_split(split, config, pool=pool):
                 writer = writer or pa.ipc.new_stream(sink, batch.schema)
                 writer.write_batch(batch)
                 rows += batch.num_rows

@@ -4,9 +4,9 @@ Kafka topic on an existing checkpoint, run until told to stop, as a user's job r
     python -m benchmarks.harness.catch_up_job SPEC.json
 
 ``SPEC.json`` names the broker, topic, source (``backlog`` or ``kafka``; or ``trivial_python``,
-the one-row Python source of :mod:`benchmarks.harness.trivial_source`, into ``noop``: a
-restart's floor), its options, the trigger, the sink (``parquet`` or ``arrow``: a
-``foreachBatch`` calling ``toArrow()``), the checkpoint and output folders, Spark's Kafka
+the one-row Python source of :mod:`benchmarks.harness.trivial_source`: a restart's floor),
+its options, the trigger, the sink (``parquet``, ``noop``, or ``arrow``: a ``foreachBatch``
+calling ``toArrow()``), the checkpoint and output folders, Spark's Kafka
 connector jars, and ``work``: a folder this job writes to. There it appends every progress
 event as a JSON line to ``progress.jsonl`` (a restarted job continues the file), writes
 ``started.json`` just before ``start()`` (wall-clock seconds: ``began``, when :func:`main`
@@ -55,7 +55,7 @@ def main() -> None:
               .load())
     loaded = time.time()
     writer = df.writeStream.option("checkpointLocation", spec["checkpoint"]).trigger(processingTime=spec["trigger"])
-    if spec["source"] == "trivial_python":
+    if spec["sink"] == "noop":
         writer = writer.format("noop")
     elif spec["sink"] == "parquet":
         writer = writer.format("parquet").option("path", spec["output"])
