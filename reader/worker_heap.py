@@ -12,11 +12,13 @@ task of every small live batch (figures: ``benchmarks/read_throughput.py --profi
 benchmarks/README.md). ``gc.freeze()`` moves the objects that exist at the worker's first
 read into the permanent generation, which collections skip; objects created later are
 collected as before. Reference counting still frees frozen objects that are not in cycles;
-what the first task's cycles hold stays until the worker exits. pyarrow imports pandas (when
-installed; PySpark's Python workers have it) at its first array conversion, ~35,000 more
-objects: the freeze missed them, and each task's collection walked them again (14 % of the
-workers' profile samples on 4 KB records, 1 % once frozen: ``benchmarks/read_throughput.py
---profile``, benchmarks/README.md part 17), so that conversion runs first.
+what the first task's cycles hold stays until the worker exits. A module imported after the
+freeze is walked by every collection: pyarrow imports pandas (~35,000 objects) at a
+process's first ``pa.array``, which cost 14 % of the workers' profile samples on 4 KB
+records (benchmarks/README.md part 17), so the read path builds its columns without it
+(``reader/arrow.py``) and imports nothing on its first batch (``tests/unit/reader/test_worker_heap.py``).
+The one exception: a split of several topics imports ``pyarrow.compute`` (a few thousand
+objects) to count bytes per topic.
 
 **glibc's malloc thresholds.** A read allocates and frees its data in waves: librdkafka's
 fetch buffers, one Python ``bytes`` per key and value, each batch of ``ARROW_BATCH_BYTES``.
@@ -36,8 +38,6 @@ import ctypes
 import gc
 import os
 
-import pyarrow as pa
-
 #: glibc's ``mallopt`` parameters (malloc.h) and the values pinned: ``DEFAULT_MMAP_THRESHOLD_MAX``
 #: on 64-bit, and twice it for trimming, as glibc's dynamic rule sets them.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -54,15 +54,8 @@ def prepare_once() -> None:
     global _prepared
     if not _prepared:
         _prepared = True
-        import_what_reading_imports()
         gc.freeze()
         pin_malloc_thresholds()
-
-
-def import_what_reading_imports() -> None:
-    """Run what imports modules lazily on a read's first Arrow conversion (pyarrow's pandas
-    shim), so that the freeze that follows holds their objects too."""
-    pa.array([], pa.binary())
 
 
 def pin_malloc_thresholds(environ=os.environ) -> bool:

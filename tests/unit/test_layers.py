@@ -40,6 +40,8 @@ DEFERRED = {
     # load()'s fresh process needs the schema, not the read path, the enumerator and Arrow.
     ("backlog_source/datasource.py", "backlog_source.stream_reader"),
     ("backlog_source/datasource.py", "backlog_source.batch_reader"),
+    # 50 ms in the driver's runner and every worker; only splits of several topics need it.
+    ("reader/arrow.py", "pyarrow.compute"),
 }
 DEFERRED_PREFIXES = ("opentelemetry",)  # tracing costs nothing until a process turns it on
 

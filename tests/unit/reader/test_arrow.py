@@ -8,6 +8,7 @@ import pytest
 from backlog_source.core.errors import MalformedRecordError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.enumerator.record_sizes import record_bytes
+from backlog_source.reader import arrow
 from backlog_source.reader.arrow import binary_column, data_bytes, data_bytes_by_topic, to_record_batch
 from tests.fakes import Msg
 
@@ -31,7 +32,7 @@ def test_columns_follow_the_output_schema_with_and_without_headers():
     [b"a", None, b""],  # some null
     [],
     [b""],
-    [b"v" * 100] * 1_000,  # small values: pyarrow's converter
+    [b"v" * 100] * 1_000,
     [b"v" * 4_000] * 999 + [None],  # large values, a null the sample misses
 ], ids=["no-null", "all-null", "some-null", "empty", "one-empty-value", "small", "large-one-null"])
 def test_a_binary_column_is_what_pyarrow_builds(items):
@@ -41,6 +42,34 @@ def test_a_binary_column_is_what_pyarrow_builds(items):
     assert column.to_pylist() == items and column.null_count == expected.null_count
     # What the byte budget counts reads the offsets buffer: the same for both.
     assert data_bytes(pa.RecordBatch.from_arrays([column, column], ["k", "v"])) == 2 * sum(len(i or b"") for i in items)
+
+
+def test_a_string_column_is_what_pyarrow_builds_from_the_strings():
+    topics = ["orders", "clicks", "orders"]
+    column = binary_column([topic.encode() for topic in topics], pa.string())
+    assert column.equals(pa.array(topics, pa.string()))
+
+
+def test_keys_or_values_past_what_a_binary_column_holds_fail_the_read_clearly(monkeypatch):
+    monkeypatch.setattr(arrow, "_INT32_MAX", 10)  # 2 GiB in a unit test: the same check, smaller
+    assert binary_column([b"v" * 5, b"v" * 5]).to_pylist() == [b"v" * 5] * 2
+    with pytest.raises(ValueError, match="11 bytes of keys or values in one Arrow batch of 2 records: more than a "
+                                         r"binary column holds \(2 GiB\)"):
+        binary_column([b"v" * 5, b"v" * 6])
+
+
+@pytest.mark.parametrize("headers", [
+    [None, [], [("a", b"1")]],
+    [[("a", b"1"), ("b", None)], [("c", b"")], None],
+    [None, None],
+    [[("k", None)]] * 3,
+], ids=["null-empty-one", "null-value-last-null", "all-null", "only-null-values"])
+def test_a_header_column_is_what_pyarrow_builds(headers):
+    messages = [Msg(offset, headers=h) for offset, h in enumerate(headers)]
+    column = to_record_batch(messages, "t", 0, include_headers=True).column("headers")
+    expected = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
+                        arrow_schema(True).field("headers").type)
+    assert column.equals(expected) and column.null_count == expected.null_count
 
 
 def test_null_keys_and_values_stay_null():

@@ -1,11 +1,14 @@
 import ctypes
 import gc
-import importlib.util
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from backlog_source.reader import worker_heap
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_first_read_of_a_worker_prepares_its_heap_and_later_reads_do_nothing(monkeypatch):
@@ -13,34 +16,37 @@ def test_the_first_read_of_a_worker_prepares_its_heap_and_later_reads_do_nothing
     monkeypatch.setattr(worker_heap, "_prepared", False)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(worker_heap, "pin_malloc_thresholds", lambda: calls.append("pin"))
-    monkeypatch.setattr(worker_heap, "import_what_reading_imports", lambda: calls.append("import"))
 
     worker_heap.prepare_once()
     worker_heap.prepare_once()
 
-    assert calls == ["import", "freeze", "pin"]
+    assert calls == ["freeze", "pin"]
 
 
-def test_what_a_reads_arrow_conversion_imports_is_imported_before_the_freeze():
-    # A fresh interpreter: this test session has imported everything long ago.
+def test_a_workers_first_batch_imports_nothing_after_the_freeze_and_never_pandas():
+    # A fresh interpreter: this test session has imported everything long ago. Every shape of
+    # batch a split reads: one bucket or several, headers, null keys and values; a split of
+    # several topics imports pyarrow.compute to count bytes per topic (said in worker_heap).
     script = """
-import gc, sys
-import pyarrow as pa
+import json, sys
 from backlog_source.reader import worker_heap
+from backlog_source.reader.arrow import data_bytes, data_bytes_by_topic, to_record_batch
+from tests.fakes import Msg
 worker_heap.prepare_once()
 before = set(sys.modules)
-pa.array([b"v"], pa.binary())
-# gc.get_objects() leaves out the frozen generation: pandas' namespace must not be in it.
-pandas = sys.modules.get("pandas")
-walked = pandas is not None and any(o is pandas.__dict__ for o in gc.get_objects())
-print(pandas is not None, walked, sorted(set(sys.modules) - before))
+messages = [Msg(0, key=None, headers=[("h", b"1"), ("h", None)]), Msg(1, value=None), Msg(2, b"v" * 4096)]
+for bucket in (("t", 0), (None, None)):
+    for headers in (False, True):
+        data_bytes(to_record_batch(messages, *bucket, headers))
+imported_by_one_topic = sorted(set(sys.modules) - before)
+data_bytes_by_topic(to_record_batch(messages + [Msg(0, topic="u")], None, None, True))
+print(json.dumps({"one_topic": imported_by_one_topic, "pandas": "pandas" in sys.modules}))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
-    has_pandas, walked, imported_later = done.stdout.strip().split(" ", 2)
-    assert imported_later == "[]"
-    assert walked == "False"
-    # Where pandas is installed (PySpark's workers have it), the first read imported it, frozen.
-    assert has_pandas == str(importlib.util.find_spec("pandas") is not None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120,
+                          cwd=ROOT)
+    imported = json.loads(done.stdout)
+    assert imported["one_topic"] == []
+    assert imported["pandas"] is False  # installed here (PySpark's workers have it), and never imported
 
 
 class FakeLibc:
