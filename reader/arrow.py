@@ -15,7 +15,7 @@ a process's first ``pa.array`` (also ``pa.scalar`` and ``Array.to_numpy``), what
 converts: 0.8 s of a fresh worker's first batch and ~35,000 more objects in its heap, paid
 again by every new worker (each query start, the batch replayed after a restart). PySpark's
 worker imports no pandas to read a Python data source, so this module must not either
-(``tests/unit/reader/test_arrow.py`` checks it in a fresh interpreter).
+(``tests/unit/reader/test_worker_heap.py`` checks it in a fresh interpreter).
 
 Values follow Spark's ``KafkaRecordToRowConverter``: ``headers`` is NULL for a record
 without headers, and a timestamp whose microseconds do not fit a Spark timestamp fails the
