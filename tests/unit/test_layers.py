@@ -7,10 +7,15 @@ here with the module and line, before it fails anywhere at run time.
 from __future__ import annotations
 
 import ast
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, which the project supports: the same parser, from PyPI
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -37,6 +42,7 @@ DEFERRED = {
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras
     ("backlog_source/mode_switch/connect_starts.py", "pyspark.sql.connect.streaming.readwriter"),  # the same
+    ("backlog_source/mode_switch/connect_starts.py", "pyspark.sql.connect.streaming.query"),  # the same
     # load()'s fresh process needs the schema, not the read path, the enumerator and Arrow.
     ("backlog_source/datasource.py", "backlog_source.stream_reader"),
     ("backlog_source/datasource.py", "backlog_source.batch_reader"),
