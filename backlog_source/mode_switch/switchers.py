@@ -191,21 +191,49 @@ class InPlaceSwitcher:
         return Switched(self.query, to)
 
 
+class RunSwap(Protocol):
+    """How a restart-method switch replaces a query's running run by the next one, on the
+    switching thread."""
+
+    def replace(self, running: Any, start_next: Callable[[], Any]) -> Any | None:
+        """Stop ``running``, then return the run ``start_next()`` started. None when the
+        query's user stopped it before or meanwhile: then no run of it is left active when
+        this returns (nothing was stopped or started, or the run started was stopped again)."""
+
+
+class StopThenStart:
+    """The :class:`RunSwap` that sees no stop but its own: ``running.stop()``, then
+    ``start_next()``. Enough where the user stops the query through the owner of the switch
+    (a ``start_backlog_aware`` handle queues its stop between two switches)."""
+
+    def replace(self, running: Any, start_next: Callable[[], Any]) -> Any | None:
+        running.stop()
+        return start_next()
+
+
 class RestartSwitcher:
     """Stops the query (after its running trigger, within ``settle_timeout_s``) and starts
     it again on the same checkpoint with the new trigger: ``start(interval_ms)`` starts the
     writer and returns the new query. Spark replays an interrupted batch with the same
     offsets, so file sinks and ``foreachBatch`` functions idempotent per ``batch_id`` stay
-    exactly-once."""
+    exactly-once.
+
+    ``swap`` stops the old run and starts the new one (:class:`StopThenStart` by default;
+    ``install`` under Spark Connect passes one that sees the user's stops, so that a stop
+    wins over a switch in flight). ``cancelled()`` true (the installation is ending) makes a
+    switch that has stopped nothing yet give up."""
 
     method = SwitchMethod.RESTART
 
     def __init__(self, query: Any, intervals_ms: Mapping[Mode, int], start: Callable[[int], Any], *,
+                 swap: RunSwap | None = None, cancelled: Callable[[], bool] = lambda: False,
                  settle_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.query = query
         self._intervals_ms = dict(intervals_ms)
         self._start = start
+        self._swap = swap or StopThenStart()
+        self._cancelled = cancelled
         self._settle_timeout_s = settle_timeout_s
         self._clock = clock
         self._sleep = sleep
@@ -218,18 +246,28 @@ class RestartSwitcher:
         """Stop and start again, in the mode the stopped run's last committed batch calls
         for (the new run starts from that batch and may never report again if no new data
         comes), ``to`` when it calls for none. No stop at all when the batches committed
-        while waiting for the running trigger flipped the flag back, and no start when the
-        query is no longer active (stopped by its user, or failed: never started again)."""
+        while waiting for the running trigger flipped the flag back, or when ``cancelled()``;
+        and no start when the query is no longer active or its user stopped it (never
+        started again): ``Switched(query, None)`` then."""
         self._wait_for_trigger_end()
-        if not _is_active(self.query):
+        if self._cancelled() or not _is_active(self.query):
             return Switched(self.query, None)
         called_for = mode_called_for(last_progress(self.query))
         if called_for is not None and called_for is not to:
             return Switched(self.query, None)
-        self.query.stop()
-        mode = mode_called_for(last_progress(self.query)) or to
-        self.query = self._start(self._intervals_ms[mode])
-        return Switched(self.query, mode)
+        started_in: list[Mode] = []
+
+        def start_next() -> Any:
+            # The stopped run's last batch: one may have committed during the stop.
+            mode = mode_called_for(last_progress(self.query)) or to
+            started_in.append(mode)
+            return self._start(self._intervals_ms[mode])
+
+        new = self._swap.replace(self.query, start_next)
+        if new is None:
+            return Switched(self.query, None)
+        self.query = new
+        return Switched(new, started_in[-1])
 
     def _wait_for_trigger_end(self) -> None:
         """Return when the running trigger is idle, when the batch running at the call has
@@ -241,7 +279,7 @@ class RestartSwitcher:
         """
         deadline = self._clock() + self._settle_timeout_s
         running = _last_batch_id(self.query)
-        while self._clock() < deadline:
+        while self._clock() < deadline and not self._cancelled():
             try:
                 if not self.query.status.get("isTriggerActive", False):
                     return

@@ -111,3 +111,26 @@ def test_a_restart_never_starts_a_query_that_is_no_longer_active():
     query.stopped = True
     switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: pytest.fail("a stopped query was started again"))
     assert switcher.switch(LOW) == Switched(query, None)
+
+
+def test_a_restart_cancelled_while_it_waits_for_the_running_trigger_stops_nothing():
+    """uninstall() meanwhile: a switch that has stopped nothing yet gives up at once."""
+    clock = FakeClock(0.0)
+    query = BackToBackQuery(None)  # its batch never commits: the wait would last the settle timeout
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: pytest.fail("no restart"),
+                               cancelled=lambda: clock.now >= 0.02, clock=clock, sleep=clock.advance)
+    assert switcher.switch(LOW) == Switched(query, None) and not query.stopped
+    assert clock.now == pytest.approx(0.02, abs=0.011)
+
+
+def test_a_restart_whose_swap_says_the_user_stopped_the_query_stays_on_the_old_run_and_switches_nothing():
+    query = FinishedQuery(after_wait=False, after_stop=False)
+    swapped = []
+
+    class StoppedByUser:
+        def replace(self, running, start_next):
+            swapped.append(running)
+            return None
+
+    switcher = RestartSwitcher(query, INTERVALS, start=lambda ms: pytest.fail("no restart"), swap=StoppedByUser())
+    assert switcher.switch(LOW) == Switched(query, None) and switcher.query is query and swapped == [query]
