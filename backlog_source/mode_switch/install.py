@@ -21,7 +21,9 @@ query can only be switched by restart, and only when the user allowed it:
 ``install(spark, ..., allow_restart=True)`` keeps, from then on, a copy of the writer of each
 backlog query the session starts (:mod:`.connect_starts`), and switches such a query by
 stopping it after its running trigger and starting it again on its checkpoint (a new run
-under the same id: ``spark.streams.get(query_id)`` returns it). A query that can be switched
+under the same id: ``spark.streams.get(query_id)`` returns it, also while the switch is
+between the two runs). A user's ``stop()`` of any run of such a query wins over a switch in
+flight: nothing is started after it (:mod:`.connect_starts`). A query that can be switched
 neither way (started before ``install`` under Connect, restarts not allowed, a trigger other
 than a processing-time one such as ``availableNow``, a memory sink in append or update
 mode) is logged once and left as it runs; ``start_backlog_aware`` can switch it by restart.
@@ -105,6 +107,7 @@ class SessionModeSwitch:
         self._skipped: RecentRuns[str] = RecentRuns()  # run id -> why that run is left as it runs
         self._replaced: RecentRuns[None] = RecentRuns()  # runs a restart-method switch stopped (late events ignored)
         self._attachment: Attachment | None = None
+        self._closing = threading.Event()  # uninstall(): no switch begins, one in its settle wait gives up
         self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
 
     @property
@@ -135,26 +138,31 @@ class SessionModeSwitch:
     def uninstall(self, timeout: float = UNINSTALL_TIMEOUT_S) -> None:
         """Stop switching: detach from the session's listener (never ``removeListener``: see
         :mod:`.session_listener`) and end the thread (a switch span still open ends as
-        stopped). Queries keep the interval they run with now. Raises
-        :class:`ModeSwitchError` if the thread did not end in time."""
+        stopped). Queries keep the interval they run with now. Returns when nothing more will
+        be switched or started: a switch that has stopped nothing yet gives up, one between
+        a run's stop and the next run's start finishes first, messages still queued are
+        dropped. Raises :class:`ModeSwitchError` if the thread did not end in time."""
+        self._closing.set()
         if self._attachment is not None:
             self._attachment.detach()
-        if self._restarts is not None:
-            self._restarts.end()
         self._inbox.put(_Stop())
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise ModeSwitchError(f"the backlog mode installation did not stop within {timeout:g} s")
+        if self._restarts is not None and not self._thread.is_alive():
+            self._restarts.end()  # else the thread ends it, once its switch is over
 
     # -- the installation's thread -----------------------------------------------------
 
     def _run(self) -> None:
         while True:
             message = self._inbox.get()
-            if isinstance(message, _Stop):
+            if isinstance(message, _Stop) or self._closing.is_set():
                 for query_id in list(self._switch_spans):
                     self._end_switch_span(query_id, SwitchEndedBy.STOP, self._clock())
+                if self._restarts is not None:
+                    self._restarts.end()  # the user's stops need no more watching: no switch will come
                 exporter.flush()
                 return
             try:
@@ -237,11 +245,13 @@ class SessionModeSwitch:
             if held_ms is None:
                 self._skip(message, "its trigger is not a processing-time one")
                 return None
-            switcher, method = RestartSwitcher(query, intervals_ms, self._restarts.starter(query_id)), SwitchMethod.RESTART
+            switcher = RestartSwitcher(query, intervals_ms, self._restarts.starter(query_id), swap=self._restarts,
+                                       cancelled=self._closing.is_set)
+            method = SwitchMethod.RESTART
         else:
             try:
                 switcher = self._switcher_of(query, intervals_ms)
-                held_ms = switcher.adopt()
+                held_ms = switcher.adopt(cancelled=self._closing.is_set)
             except ModeSwitchError as exc:
                 self._skip(message, f"it cannot be switched in place ({exc}){self._no_restart_because()}")
                 return None
