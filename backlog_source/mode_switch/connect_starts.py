@@ -51,7 +51,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from backlog_source.core.durations import duration_ms
@@ -70,18 +70,19 @@ _patch_lock = threading.Lock()  # guards the wrappers and the list of recorders
 _recorders: list["ConnectStarts"] = []
 _originals: dict[tuple[type, str], Callable[..., Any]] = {}  # (class, attribute) -> what the wrapper replaced
 _delivering: set[Any] = set()  # the code of the Connect bus's post_to_all: a listener callback runs inside it
+_switching = threading.local()  # query_id: the query whose runs this thread swaps (its stops and start are the switch's)
 
 
 @dataclass(eq=False)
 class _Lineage:
     """A query's runs since its user started it (see the module docstring). ``running`` is
-    the ``StreamingQuery`` of the run started last; ``swapping`` the thread of a switch
+    the ``StreamingQuery`` of the run started last; ``swapping`` is true while a switch is
     between its stop of one run and its start of the next."""
 
     runs: set[str]
     running: Any
     stopped_by_user: bool = False
-    swapping: int | None = field(default=None)
+    swapping: bool = False
 
 
 def kept_copy(writer: Any) -> Any | None:
@@ -153,10 +154,8 @@ class ConnectStarts:
         if writer._session is not self._spark:
             return
         query_id = str(query.id)
-        with self._changed:
-            lineage = self._lineages.get(query_id)
-            if lineage is not None and lineage.swapping == threading.get_ident():
-                return  # the switch's own start (replace() adds it to the lineage)
+        if _switching_here(query_id):
+            return  # the switch's own start (replace() adds it to the lineage)
         try:
             kept = self._keep(writer)
         except Exception:  # noqa: BLE001 - bookkeeping only
@@ -177,21 +176,19 @@ class ConnectStarts:
         return True: no run of the query is active then, and none is started after. Raises
         :class:`ModeSwitchError` when a switch between runs did not end within
         ``stop_wait_s`` (the switch still stops its new run when its start returns)."""
-        if getattr(query, "_session", None) is not self._spark:
+        if getattr(query, "_session", None) is not self._spark or _switching_here(query.id):
             return False
         with self._changed:
             lineage = self._lineages.get(str(query.id))
-            if lineage is None or (str(query.runId) not in lineage.runs and lineage.swapping is None):
+            if lineage is None or (str(query.runId) not in lineage.runs and not lineage.swapping):
                 return False  # not a run of a lineage; while a switch swaps, a run unknown yet is its new one
-            if lineage.swapping == threading.get_ident():
-                return False  # the switch's own stop
             lineage.stopped_by_user = True
-            wait = lineage.swapping is not None and not _in_listener_callback()
+            wait = lineage.swapping and not _in_listener_callback()
         stop(query)
         with self._changed:
-            if wait and lineage.swapping is not None:
+            if wait and lineage.swapping:
                 log.debug("stop(): query %s waits for its switch between two runs", query.id)
-            if wait and not self._changed.wait_for(lambda: lineage.swapping is None, self._stop_wait_s):
+            if wait and not self._changed.wait_for(lambda: not lineage.swapping, self._stop_wait_s):
                 raise ModeSwitchError(
                     f"stop(): query {query.id} was between two runs of a restart-method switch for "
                     f"{self._stop_wait_s:g} s; its new run is stopped as soon as its start returns")
@@ -211,11 +208,11 @@ class ConnectStarts:
             lineage = self._lineages.get(str(query_id))
             if lineage is None or lineage.stopped_by_user:
                 return False
-            if lineage.swapping is not None:
-                if lineage.swapping == threading.get_ident() or _in_listener_callback():
+            if lineage.swapping:
+                if _switching_here(query_id) or _in_listener_callback():
                     return False
                 log.debug("spark.streams.get(): query %s waits for its switch between two runs", query_id)
-                self._changed.wait_for(lambda: lineage.swapping is None, self._stop_wait_s)
+                self._changed.wait_for(lambda: not lineage.swapping, self._stop_wait_s)
             return True
 
     # -- the installation's thread ----------------------------------------------------------
@@ -265,9 +262,10 @@ class ConnectStarts:
             lineage = self._lineages.get(str(running.id))
             if lineage is None or lineage.stopped_by_user or str(running.runId) not in lineage.runs:
                 return None
-            lineage.swapping = threading.get_ident()
+            lineage.swapping = True
+        _switching.query_id = str(running.id)  # the stop wrapper and record() know the switch's own calls
         try:
-            running.stop()  # on this thread the stop wrapper knows it for the switch's own
+            running.stop()
             with self._changed:
                 if lineage.stopped_by_user:
                     return None
@@ -282,8 +280,9 @@ class ConnectStarts:
                 return None
             return new
         finally:
+            _switching.query_id = None
             with self._changed:
-                lineage.swapping = None
+                lineage.swapping = False
                 self._changed.notify_all()
 
 
@@ -297,6 +296,11 @@ def _wrap(owner: type, name: str, wrapper: Callable[[Callable[..., Any]], Callab
     original = getattr(owner, name)
     _originals[(owner, name)] = original
     setattr(owner, name, wrapper(original))
+
+
+def _switching_here(query_id: Any) -> bool:
+    """Whether this thread is a switch swapping the runs of ``query_id`` (for any installation)."""
+    return getattr(_switching, "query_id", None) == str(query_id)
 
 
 def _in_listener_callback() -> bool:
