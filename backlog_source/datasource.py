@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.schema import kafka_schema
-from backlog_source.core.settings import SourceSettings, parse_options
+from backlog_source.core.settings import SourceSettings, include_headers, parse_options, parse_options_at_load
 from backlog_source.core.tracing import exporter
 
 if TYPE_CHECKING:
@@ -49,9 +49,9 @@ class BacklogDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        # A bad option fails load(). Whether the read is a stream or a batch is not known yet:
-        # each reader checks the options of its kind (the ending options, the batch range).
-        self._settings: SourceSettings | None = parse_options(options)
+        # A bad option fails load(), unless whether the read is a stream or a batch decides
+        # which problem Spark reports first: then the reader Spark asks for reports it.
+        self._settings: SourceSettings | None = parse_options_at_load(options)
         exporter.validate_environment()  # so does a bad OTEL_* setting
 
     def __getstate__(self) -> dict:
@@ -59,35 +59,34 @@ class BacklogDataSource(DataSource):
         # stay behind and are parsed again where they are needed (the planner worker).
         return {**self.__dict__, "_settings": None}
 
-    @property
-    def settings(self) -> SourceSettings:
-        if self._settings is None:
-            self._settings = parse_options(self.options)
-        return self._settings
-
     @classmethod
     def name(cls) -> str:
         return "backlog"
 
     def schema(self) -> StructType:
-        return kafka_schema(self.settings.include_headers)
+        if self._settings is not None:
+            return kafka_schema(self._settings.include_headers)
+        return kafka_schema(include_headers(self.options))
 
     def streamReader(self, schema: StructType) -> BacklogStreamReader:
         from backlog_source.stream_reader import BacklogStreamReader
 
-        self._check_schema(schema)
-        return BacklogStreamReader(parse_options(self.options, read="stream"))
+        # The options first, then the schema, as Spark's sourceSchema checks them.
+        settings = parse_options(self.options, read="stream")
+        self._check_schema(schema, settings)
+        return BacklogStreamReader(settings)
 
     def reader(self, schema: StructType) -> BacklogBatchReader:
         """``spark.read.format("backlog")``: a batch read of the range the starting and ending
         options give, as ``format("kafka")`` reads it."""
         from backlog_source.batch_reader import BacklogBatchReader
 
-        self._check_schema(schema)
-        return BacklogBatchReader(parse_options(self.options, read="batch"))
+        settings = parse_options(self.options, read="batch")
+        self._check_schema(schema, settings)
+        return BacklogBatchReader(settings)
 
-    def _check_schema(self, schema: StructType) -> None:
-        expected = kafka_schema(self.settings.include_headers)
+    def _check_schema(self, schema: StructType, settings: SourceSettings) -> None:
+        expected = kafka_schema(settings.include_headers)
         if schema != expected:
             raise ConfigError(
                 "format('backlog') has a fixed schema, like Spark's Kafka source; remove the "

@@ -5,13 +5,15 @@ warning) the ones it does not know. This source reads through librdkafka, whose 
 differ in places, so each option is, in this order:
 
 1. refused, with Spark's reason, when Spark refuses it (``auto.offset.reset``, the
-   deserializers, ``enable.auto.commit``, interceptors) or when this source sets it itself;
+   deserializers, ``enable.auto.commit``, interceptors: in the order Spark's
+   ``KafkaSourceProvider.validateGeneralOptions`` checks them, so the first one reported is
+   Spark's), then when this source sets it itself, or with what to set instead when dropping
+   it would change security (a JKS truststore: librdkafka reads PEM through
+   ``ssl.ca.location``); after the refusals, ``bootstrap.servers`` is required, as in Spark;
 2. translated, when a Java setting has a librdkafka meaning under another name
    (``request.timeout.ms`` -> ``socket.timeout.ms``, ``fetch.max.wait.ms`` ->
    ``fetch.wait.max.ms``, JAAS credentials -> ``sasl.username``/``sasl.password``...);
-3. refused with what to set instead, when dropping it would change security
-   (a JKS truststore: librdkafka reads PEM through ``ssl.ca.location``);
-4. kept, when librdkafka knows it (checked by building a client with it, which connects to
+3. kept, when librdkafka knows it (checked by building a client with it, which connects to
    nothing), or dropped with one warning naming it, as the Java client does.
 
 A value librdkafka rejects fails here, at ``load()``, naming the option: configuration
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException
 
@@ -33,18 +35,19 @@ from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig, 
 log = logging.getLogger(__name__)
 
 #: Options Spark's Kafka source refuses (``KafkaSourceProvider.validateGeneralOptions``),
-#: with Spark's reasons, and two this source sets itself.
+#: with Spark's reasons and in the order Spark checks them (:data:`SPARK_REFUSED`), then two
+#: this source sets itself and the Java keystores librdkafka cannot read.
 REFUSED = {
     "auto.offset.reset": (
         "set the source option 'startingOffsets' to 'earliest' or 'latest' instead: the source "
         "manages which offsets are consumed, so no data is missed when partitions are added; "
         "'startingOffsets' applies only when a new query starts, a restart resumes where it left off"
     ),
-    "enable.auto.commit": "the source does not commit any offset to Kafka; progress lives in the checkpoint",
     "key.deserializer": "keys are always returned as bytes (binary column 'key'); deserialize them with DataFrame operations",
     "value.deserializer": (
         "values are always returned as bytes (binary column 'value'); deserialize them with DataFrame operations"
     ),
+    "enable.auto.commit": "the source does not commit any offset to Kafka; progress lives in the checkpoint",
     "interceptor.classes": "interceptors can make the source misbehave",
     "enable.partition.eof": "the source sets it: the reader needs end-of-partition events",
     "enable.auto.offset.store": "the source sets it: offsets are never stored in Kafka",
@@ -53,6 +56,10 @@ REFUSED = {
     "ssl.truststore.password": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
     "ssl.truststore.type": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
 }
+
+#: The keys of :data:`REFUSED` that Spark refuses, in the order it checks them.
+SPARK_REFUSED = ("auto.offset.reset", "key.deserializer", "value.deserializer", "enable.auto.commit",
+                 "interceptor.classes")
 
 #: Java client names -> librdkafka names, where the meaning is the same.
 JAVA_TO_LIBRDKAFKA = {
@@ -78,6 +85,8 @@ def is_secret_key(key: str) -> bool:
 def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> KafkaClientConfig:
     """The client configuration for the ``kafka.*`` options (keys without the ``kafka.``
     prefix). Raises :class:`ConfigError` naming the option; see the module docstring."""
+    check_refused(options)
+    check_bootstrap(options)
     options = dict(options)
     bootstrap = options.pop("bootstrap.servers", "").strip()
     params: dict[str, str] = {}
@@ -85,8 +94,6 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
     written_as: dict[str, str] = {}  # librdkafka name -> the name the user wrote
     for key, raw in sorted(options.items()):
         option = f"kafka.{key}"
-        if key in REFUSED:
-            raise ConfigError(f"option '{option}' is not supported: {REFUSED[key]}")
         if key == "sasl.jaas.config":
             # Java clients take credentials as JAAS; librdkafka as plain settings.
             username, password = _parse_jaas(raw)
@@ -101,8 +108,6 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
             secrets[name] = Secret(raw)
         else:
             params[name] = raw
-    if not bootstrap:
-        raise ConfigError("option 'kafka.bootstrap.servers' is required: a comma-separated list of host:port")
     unknown = _drop_unknown(params, secrets, written_as)
     if unknown and frozenset(unknown) not in _warned:
         _warned.add(frozenset(unknown))
@@ -111,6 +116,22 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
             "(Spark's Java client would ignore unknown ones too)", ", ".join(f"'kafka.{k}'" for k in unknown)
         )
     return KafkaClientConfig(bootstrap_servers=bootstrap, params=params, secrets=secrets, group_id_prefix=group_id_prefix)
+
+
+def check_refused(options: Mapping[str, str], keys: Iterable[str] = REFUSED) -> None:
+    """Raise :class:`ConfigError` for the first of ``keys`` (by default every refused option:
+    Spark's in Spark's order, then this source's) set in ``options`` (keys without the
+    ``kafka.`` prefix), with the reason and what to set instead."""
+    for key in keys:
+        if key in options:
+            raise ConfigError(f"option 'kafka.{key}' is not supported: {REFUSED[key]}")
+
+
+def check_bootstrap(options: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` unless ``options`` (keys without the ``kafka.`` prefix)
+    name the bootstrap servers."""
+    if not str(options.get("bootstrap.servers", "")).strip():
+        raise ConfigError("option 'kafka.bootstrap.servers' is required: a comma-separated list of host:port")
 
 
 def _drop_unknown(params: dict[str, str], secrets: dict[str, Secret], written_as: Mapping[str, str]) -> list[str]:

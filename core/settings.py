@@ -12,7 +12,8 @@ The option names and meanings are those of Spark's built-in Kafka source, so tha
 ``backlog.*`` and ``snapshot.*`` options of this project. Each field's ``option`` name is
 the option's documented name; Spark lower-cases option keys before a Python data source
 sees them, so matching is case-insensitive. Options are checked in the order Spark's
-``KafkaSourceProvider.validateGeneralOptions`` checks them, so the first problem reported is
+``KafkaSourceProvider`` checks them (``validateStreamOptions`` / ``validateBatchOptions``,
+then ``validateGeneralOptions``: :func:`parse_options`), so the first problem reported is
 the one Spark would report.
 
 Source options never come from the environment: a query's behaviour is what its code says.
@@ -32,7 +33,7 @@ from backlog_source.core.byte_sizes import size_bytes
 from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
-from backlog_source.core.kafka_options import kafka_client_config
+from backlog_source.core.kafka_options import SPARK_REFUSED, check_bootstrap, check_refused, kafka_client_config
 from backlog_source.core.text_enum import TextEnum
 
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
@@ -346,15 +347,7 @@ class SourceSettings:
         _check_subscription(
             {"subscribe": self.subscribe, "subscribePattern": self.subscribe_pattern, "assign": self.assign}
         )
-        if (
-            self.min_offsets_per_trigger is not None
-            and self.max_offsets_per_trigger is not None
-            and self.min_offsets_per_trigger > self.max_offsets_per_trigger
-        ):
-            raise ValueError(
-                f"'minOffsetsPerTrigger' ({self.min_offsets_per_trigger}) must not exceed "
-                f"'maxOffsetsPerTrigger' ({self.max_offsets_per_trigger})"
-            )
+        _check_trigger_limits(self.min_offsets_per_trigger, self.max_offsets_per_trigger)
         if self.backlog_reenter_lag is not None and self.max_offsets_per_trigger is None and (
                 self.backlog_max_offsets_per_trigger is None):
             raise ValueError(
@@ -388,10 +381,16 @@ _OPTION_NAMES = {name.lower(): name for name in _OPTION_OF_FIELD.values()} | {
     "groupidprefix": "groupIdPrefix"}  # goes into KafkaClientConfig
 #: Field name by documented option name.
 _FIELD_OF_OPTION = {name: field_name for field_name, name in _OPTION_OF_FIELD.items()}
-_BATCH_ONLY = ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
+#: The ending options, refused in a stream in this order: Spark's ``validateStreamOptions``
+#: checks the first two (Spark ignores ``endingTimestamp`` in a stream; this source refuses it).
+_ENDING = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 #: The kind of read options are parsed for (see :func:`parse_options`).
 ReadKind = Literal["stream", "batch"] | None
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
+#: Where each side of a batch read comes from, in Spark's precedence
+#: (``KafkaSourceProvider.getKafkaOffsetRangeLimit``): the first one set wins.
+_PRECEDENCE = {"starting": ("startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"),
+               "ending": ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")}
 
 
 def parse_options(options: Mapping[str, str], *, read: ReadKind = None) -> SourceSettings:
@@ -400,42 +399,43 @@ def parse_options(options: Mapping[str, str], *, read: ReadKind = None) -> Sourc
     ``read``: ``"stream"`` (``spark.readStream``: the ending options are refused),
     ``"batch"`` (``spark.read``: ``startingOffsets`` defaults to ``earliest``, and the
     starting and ending options are checked as Spark checks a batch read), or None when the
-    kind of read is not known yet (``load()``: both kinds' options are accepted; the reader
-    checks its own when Spark asks for it).
+    kind of read is not known yet (both kinds' options are accepted; the reader checks its
+    own when Spark asks for it; ``load()`` uses :func:`parse_options_at_load`).
 
     Raises :class:`ConfigError` naming the option and what is allowed, never echoing a
     secret. Unknown options are rejected too: a misspelt option silently ignored is a
-    misconfigured job. The order of the checks is Spark's: batch-only options, the
-    subscription, partitioning, the ``kafka.*`` options, ``kafka.bootstrap.servers``, then
-    every other value.
+    misconfigured job. Of several problems, the one reported is the one Spark's
+    ``KafkaSourceProvider`` reports first (unknown options, which Spark ignores, come before
+    all):
+
+    1. a stream: the ending options (``validateStreamOptions``); a batch read: the starting
+       option that takes precedence, then the ending one (``validateBatchOptions``: the
+       value, then a start at ``latest`` or an end at ``earliest``);
+    2. ``validateGeneralOptions``: the subscription (exactly one, then its value),
+       ``minPartitions``, ``maxRecordsPerPartition``, the ``kafka.*`` options Spark
+       refuses (in Spark's order), ``kafka.bootstrap.servers``, then ``minOffsetsPerTrigger``
+       above ``maxOffsetsPerTrigger``;
+    3. every other value: those Spark reads later, and this source's own;
+    4. a batch read: starting and ending options that do not fit together
+       (``checkOffsetLimitValidity``), and the options a batch read cannot use.
     """
     opts = {str(k).lower(): str(v) for k, v in options.items()}
-    for key in opts:
-        if key in _BATCH_ONLY and read == "stream":
-            raise ConfigError(f"option '{_batch_only_name(key)}' is for batch queries only; a streaming query has no end offset")
-    if read == "batch":
-        opts.setdefault("startingoffsets", "earliest")
     # kafka.* options are the client's, except the few this model reads itself.
     client_keys = {k for k in opts if k.startswith("kafka.") and k not in _OPTION_NAMES}
-    kafka_options = {k.removeprefix("kafka."): opts[k] for k in client_keys}
-    spark_options = {k: v for k, v in opts.items() if k not in client_keys}
-    for key in spark_options:
-        if key not in _OPTION_NAMES:
+    for key in opts:
+        if key not in client_keys and key not in _OPTION_NAMES:
             known = ", ".join(sorted(_OPTION_NAMES.values()))
             raise ConfigError(f"unknown option '{key}'. Known options: {known}, and any 'kafka.*' consumer setting")
-    values = {_OPTION_NAMES[k]: v for k, v in spark_options.items()}
-    try:
-        _check_subscription({name: values.get(name) for name in _SUBSCRIPTIONS})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    # The subscription's value comes before the Kafka settings, as in Spark's
-    # validateGeneralOptions: an empty 'subscribe' is named first, not a missing
-    # 'kafka.bootstrap.servers'.
-    chosen = next(name for name in _SUBSCRIPTIONS if values.get(name) is not None)
-    try:
-        _SUBSCRIPTION_VALUES[chosen](values[chosen])
-    except ValueError as exc:
-        raise ConfigError(_option_message(chosen, str(exc))) from None
+    kafka_options = {k.removeprefix("kafka."): opts[k] for k in client_keys}
+    values = {_OPTION_NAMES[k]: v for k, v in opts.items() if k not in client_keys}
+    if read == "stream":
+        for name in _ENDING:
+            if name in values:
+                raise ConfigError(f"option '{name}' is for batch queries only; a streaming query has no end offset")
+    elif read == "batch":
+        values.setdefault("startingOffsets", "earliest")
+        _check_batch_limits(values)
+    _check_general(values, kafka_options)
     try:
         group_id_prefix = _text(values.pop("groupIdPrefix", "spark-kafka-source"))
     except ValueError as exc:
@@ -447,26 +447,159 @@ def parse_options(options: Mapping[str, str], *, read: ReadKind = None) -> Sourc
     return settings
 
 
+def parse_options_at_load(options: Mapping[str, str]) -> SourceSettings | None:
+    """The options as ``load()`` checks them: where Spark's Kafka source checks its own
+    (``sourceSchema``, ``createRelation``), before the query knows whether it is read as a
+    stream or a batch, which a Python data source learns only when Spark asks it for a reader.
+
+    A problem that a stream and a batch read would both report first (an unknown option, the
+    subscription, most values) is raised here. Where the kind decides which problem comes
+    first (an ending option: a stream is told first that it has no end, a batch read about
+    its subscription; ``startingOffsets=latest``, refused by a batch read only), nothing is
+    raised: returns None, and the reader Spark asks for reports its own first problem
+    (:func:`parse_options` with ``read``), before any data is read.
+    """
+    try:
+        return parse_options(options)
+    except ConfigError:
+        pass
+    stream, batch = (_first_problem(options, kind) for kind in ("stream", "batch"))
+    if stream is not None and batch is not None and str(stream) == str(batch):
+        raise stream
+    return None
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders`` alone: the schema's one input, for a ``load()`` whose first problem
+    waits for the reader (:func:`parse_options_at_load`). A value that is not a boolean reads
+    as false here; the reader reports it."""
+    raw = next((v for k, v in options.items() if str(k).lower() == "includeheaders"), "false")
+    try:
+        return _strict_bool(raw)
+    except ValueError:
+        return False
+
+
 def check_batch_range(settings: SourceSettings) -> None:
-    """The starting and ending options of a batch read, as Spark's
-    ``KafkaSourceProvider.validateBatchOptions`` checks them: a batch read cannot start at
-    the latest offsets nor end at the earliest ones. Raises :class:`ConfigError`."""
-    starting, ending = settings.starting_offsets, settings.ending_offsets
+    """The starting and ending options of a batch read, as Spark checks them before it asks
+    Kafka anything. ``KafkaSourceProvider.validateBatchOptions``: of each side, the option
+    that takes precedence (:data:`_PRECEDENCE`) cannot start at the latest offsets nor end at
+    the earliest ones. ``checkOffsetLimitValidity``: specific starting and ending offsets
+    (or per-partition timestamps) name the same partitions, and none starts after it ends.
+    And ``snapshot.path`` is for streams. Raises :class:`ConfigError`."""
+    given = {name for name in _PRECEDENCE["starting"] + _PRECEDENCE["ending"]
+             if getattr(settings, _FIELD_OF_OPTION[name]) is not None}
+    starting = next(name for name in _PRECEDENCE["starting"] if name in given or name == "startingOffsets")
+    ending = next(name for name in _PRECEDENCE["ending"] if name in given or name == "endingOffsets")
+    if starting == "startingOffsets":
+        _refuse_latest_start(settings.starting_offsets)
+    if ending == "endingOffsets":
+        _refuse_earliest_end(settings.ending_offsets)
+    pairs = {("startingOffsets", "endingOffsets"): (settings.starting_offsets, settings.ending_offsets, "offset"),
+             ("startingOffsetsByTimestamp", "endingOffsetsByTimestamp"): (
+                 settings.starting_offsets_by_timestamp, settings.ending_offsets_by_timestamp, "timestamp")}
+    for (start_name, end_name), (start, end, what) in pairs.items():
+        if (starting, ending) == (start_name, end_name) and isinstance(start, dict) and isinstance(end, dict):
+            _check_limits_fit(start_name, start, end_name, end, what)
+    if settings.snapshot_path is not None:
+        raise ConfigError("option 'snapshot.path' is for streaming queries (spark.readStream); a batch read reads "
+                          "Kafka only")
+
+
+def _first_problem(options: Mapping[str, str], read: ReadKind) -> ConfigError | None:
+    try:
+        parse_options(options, read=read)
+    except ConfigError as problem:
+        return problem
+    return None
+
+
+def _parse_value(values: Mapping[str, str], name: str) -> Any:
+    """The value of option ``name`` through its field's parser, or None when it is not set.
+    Raises :class:`ConfigError` naming the option."""
+    if name not in values:
+        return None
+    try:
+        return _PARSER_OF_OPTION[name](values[name])
+    except ValueError as exc:
+        raise ConfigError(_option_message(name, str(exc))) from None
+
+
+def _check_batch_limits(values: Mapping[str, str]) -> None:
+    """The first steps of Spark's ``validateBatchOptions``, before anything else is checked:
+    ``getKafkaOffsetRangeLimit`` for the starting side (it reads
+    ``startingOffsetsByTimestampStrategy`` first), then for the ending side: the value of the
+    option that takes precedence, then a start at ``latest`` or an end at ``earliest``."""
+    _parse_value(values, "startingOffsetsByTimestampStrategy")
+    for side, refuse in (("starting", _refuse_latest_start), ("ending", _refuse_earliest_end)):
+        name = next((n for n in _PRECEDENCE[side] if n in values), None)
+        if name is None:
+            continue  # endingOffsets' default, latest
+        value = _parse_value(values, name)
+        if name in ("startingOffsets", "endingOffsets"):
+            refuse(value)
+
+
+def _refuse_latest_start(starting: StartingPoint | dict[Bucket, int]) -> None:
     if starting is StartingPoint.LATEST:
         raise ConfigError("option 'startingOffsets' can't be 'latest' for a batch read (spark.read): it would read "
                           "nothing. Use 'earliest' (the default for batch reads) or specific offsets")
     if isinstance(starting, dict) and (latest := sorted(b for b, o in starting.items() if o == LATEST)):
         raise ConfigError(f"option 'startingOffsets' can't be -1 (latest) for a batch read (spark.read): "
                           f"{', '.join(map(str, latest))}")
+
+
+def _refuse_earliest_end(ending: StartingPoint | dict[Bucket, int]) -> None:
     if ending is StartingPoint.EARLIEST:
         raise ConfigError("option 'endingOffsets' can't be 'earliest' for a batch read (spark.read): it would read "
                           "nothing. Use 'latest' (the default) or specific offsets")
     if isinstance(ending, dict) and (earliest := sorted(b for b, o in ending.items() if o == EARLIEST)):
         raise ConfigError(f"option 'endingOffsets' can't be -2 (earliest) for a batch read (spark.read): "
                           f"{', '.join(map(str, earliest))}")
-    if settings.snapshot_path is not None:
-        raise ConfigError("option 'snapshot.path' is for streaming queries (spark.readStream); a batch read reads "
-                          "Kafka only")
+
+
+def _check_limits_fit(start_name: str, start: Mapping[Bucket, int], end_name: str, end: Mapping[Bucket, int],
+                      what: str) -> None:
+    """Spark's ``checkOffsetLimitValidity`` for two specific sides: the same partitions, and
+    no start after its end (the sentinels -2 and -1 are not compared)."""
+    if start.keys() != end.keys():
+        only_start, only_end = sorted(start.keys() - end.keys()), sorted(end.keys() - start.keys())
+        raise ConfigError(
+            f"options '{start_name}' and '{end_name}' must name the same partitions; "
+            + "; ".join(f"only in '{name}': {', '.join(map(str, only))}"
+                        for name, only in ((start_name, only_start), (end_name, only_end)) if only))
+    backwards = sorted(b for b in start if start[b] > end[b] >= 0)
+    if backwards:
+        described = ", ".join(f"{b} (start {start[b]}, end {end[b]})" for b in backwards)
+        raise ConfigError(f"the batch read starts after it ends for {described}: check '{start_name}' and "
+                          f"'{end_name}' (each partition's start {what} must not be after its end {what})")
+
+
+def _check_general(values: Mapping[str, str], kafka_options: Mapping[str, str]) -> None:
+    """Spark's ``validateGeneralOptions``, in its order: the subscription (exactly one, then
+    its value: an empty ``subscribe`` is named before a missing ``kafka.bootstrap.servers``),
+    ``minPartitions``, ``maxRecordsPerPartition``, the ``kafka.*`` options Spark refuses,
+    ``kafka.bootstrap.servers``, then ``minOffsetsPerTrigger`` above ``maxOffsetsPerTrigger``."""
+    try:
+        _check_subscription({name: values.get(name) for name in _SUBSCRIPTIONS})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    _parse_value(values, next(name for name in _SUBSCRIPTIONS if values.get(name) is not None))
+    _parse_value(values, "minPartitions")
+    _parse_value(values, "maxRecordsPerPartition")
+    check_refused(kafka_options, SPARK_REFUSED)
+    check_bootstrap(kafka_options)
+    if "minOffsetsPerTrigger" in values and "maxOffsetsPerTrigger" in values:
+        try:
+            _check_trigger_limits(_parse_value(values, "minOffsetsPerTrigger"),
+                                  _parse_value(values, "maxOffsetsPerTrigger"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def _check_trigger_limits(minimum: int | None, maximum: int | None) -> None:
+    if minimum is not None and maximum is not None and minimum > maximum:
+        raise ValueError(f"'minOffsetsPerTrigger' ({minimum}) must not exceed 'maxOffsetsPerTrigger' ({maximum})")
 
 
 def _check_subscription(chosen: Mapping[str, Any]) -> None:
@@ -478,16 +611,13 @@ def _check_subscription(chosen: Mapping[str, Any]) -> None:
         )
 
 
-def _batch_only_name(key: str) -> str:
-    return {"endingoffsets": "endingOffsets", "endingtimestamp": "endingTimestamp"}.get(key, "endingOffsetsByTimestamp")
-
-
 def _option_message(option: str, message: str) -> str:
     # "must ..." and "is ..." read on from the option's name; other messages follow a colon.
     joined = " " if message.startswith(("must", "is ")) else ": "
     return f"option '{option}'{joined}{message}"
 
 
-#: Each subscription option's value check: its field's own parser, run early.
-_SUBSCRIPTION_VALUES = {_OPTION_OF_FIELD[each.name]: each.metadata["parse"] for each in fields(SourceSettings)
-                        if _OPTION_OF_FIELD.get(each.name) in _SUBSCRIPTIONS}
+#: Each option's value check, by documented name: its field's own parser, for the options
+#: Spark checks before the others.
+_PARSER_OF_OPTION = {_OPTION_OF_FIELD[each.name]: each.metadata["parse"] for each in fields(SourceSettings)
+                     if each.name != "kafka"}

@@ -2,7 +2,12 @@
 
 import pickle
 
+import pytest
+
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import ConfigError
+from backlog_source.core.schema import kafka_schema
+from backlog_source.datasource import BacklogDataSource
 from backlog_source.core.settings import parse_options
 from backlog_source.stream_reader import BacklogStreamReader
 from backlog_source.enumerator import state_codec as offset_codec
@@ -31,3 +36,27 @@ def test_reader_pickles_without_clients():
     # Executors get the narrow reader configuration, never the planner's settings or a client.
     assert copy.settings is None and copy._enumerator is None
     assert copy.reader_config == SETTINGS.reader_config
+
+
+def test_load_leaves_to_each_reader_the_problem_spark_reports_first_for_its_kind():
+    # Spark's format("kafka") tells a stream first that it has no end (validateStreamOptions),
+    # a batch read that it has no subscription (validateGeneralOptions). load() does not know
+    # which it is, so it raises neither, and each reader raises its own.
+    source = BacklogDataSource({"kafka.bootstrap.servers": "h:1", "endingOffsets": "latest"})
+    schema = source.schema()
+    assert schema == kafka_schema(False)
+    with pytest.raises(ConfigError, match="^option 'endingOffsets' is for batch queries only"):
+        source.streamReader(schema)
+    with pytest.raises(ConfigError, match="^exactly one of 'subscribe'"):
+        source.reader(schema)
+
+
+def test_load_raises_what_either_kind_of_read_would_report_first():
+    with pytest.raises(ConfigError, match="^exactly one of 'subscribe'"):
+        BacklogDataSource({"kafka.bootstrap.servers": "h:1"})
+
+
+def test_the_schema_load_reports_follows_include_headers_when_the_problem_waits():
+    source = BacklogDataSource({"kafka.bootstrap.servers": "h:1", "startingOffsets": "latest", "includeHeaders": "true"})
+    assert source.schema() == kafka_schema(True)
+    assert pickle.loads(pickle.dumps(source)).schema() == kafka_schema(True)

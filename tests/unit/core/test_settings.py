@@ -6,7 +6,7 @@ import pytest
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import ClientRole
-from backlog_source.core.settings import StartingPoint, parse_options
+from backlog_source.core.settings import StartingPoint, parse_options, parse_options_at_load
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 
@@ -215,3 +215,154 @@ def test_settings_built_directly_refuse_none_for_an_option_with_a_default():
     with pytest.raises(ConfigError, match="option 'failOnDataLoss' must not be None"):
         dataclasses.replace(settings, fail_on_data_loss=None)
     assert dataclasses.replace(settings, max_offsets_per_trigger="7").max_offsets_per_trigger == 7
+
+
+# -- the order problems are reported in: Spark's KafkaSourceProvider -------------------------
+# Each case has two problems; the one named must be the one Spark reports first.
+
+BOOTSTRAP = {"kafka.bootstrap.servers": "h:1"}
+
+
+def first_problem(options, read=None) -> str:
+    with pytest.raises(ConfigError) as raised:
+        parse_options(options, read=read)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("option, value", [("endingOffsets", "latest"), ("endingTimestamp", "1700000000000"),
+                                           ("endingOffsetsByTimestamp", '{"a": {"0": 1700000000000}}')])
+def test_a_stream_is_told_about_its_ending_option_before_its_subscription(option, value):
+    # validateStreamOptions refuses the ending options before validateGeneralOptions runs.
+    assert first_problem({**BOOTSTRAP, option: value}, read="stream").startswith(f"option '{option}' is for batch")
+    assert first_problem({option: value, "subscribe": " "}, read="stream").startswith(f"option '{option}'")
+
+
+def test_a_stream_is_told_about_ending_offsets_before_ending_offsets_by_timestamp():
+    options = {**BASE, "endingOffsetsByTimestamp": '{"a": {"0": 1}}', "endingOffsets": "latest"}
+    assert first_problem(options, read="stream").startswith("option 'endingOffsets' is for batch")
+
+
+def test_unknown_options_come_before_any_of_sparks_checks():
+    # Spark ignores unknown options; a typo is this source's first report.
+    assert first_problem({"endingOffsets": "latest", "subscibe": "a"}, read="stream").startswith("unknown option")
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"startingOffsets": "latest"}, "option 'startingOffsets' can't be 'latest'"),
+    ({"startingOffsets": '{"a": {"0": -1}}'}, "option 'startingOffsets' can't be -1"),
+    ({"endingOffsets": "earliest"}, "option 'endingOffsets' can't be 'earliest'"),
+    ({"endingOffsets": '{"a": {"0": -2}}'}, "option 'endingOffsets' can't be -2"),
+    ({"startingOffsets": "first"}, "option 'startingOffsets' must be"),
+    ({"endingTimestamp": "soon"}, "option 'endingTimestamp' must be"),
+])
+def test_a_batch_read_is_told_about_its_range_before_its_subscription(options, named):
+    # validateBatchOptions reads both sides (getKafkaOffsetRangeLimit) before validateGeneralOptions.
+    assert first_problem({**BOOTSTRAP, **options}, read="batch").startswith(named)
+
+
+def test_a_streams_starting_offsets_are_read_after_its_subscription():
+    # A stream's startingOffsets are read when the stream is built, after validateStreamOptions.
+    assert first_problem({**BOOTSTRAP, "startingOffsets": "first"}, read="stream").startswith("exactly one of")
+
+
+def test_a_batch_read_is_told_about_its_start_before_its_end():
+    options = {**BASE, "startingOffsets": "latest", "endingOffsets": "earliest"}
+    assert first_problem(options, read="batch").startswith("option 'startingOffsets'")
+
+
+def test_a_batch_read_is_told_about_the_timestamp_strategy_before_its_start():
+    # getKafkaOffsetRangeLimit parses startingOffsetsByTimestampStrategy before the starting options.
+    options = {**BASE, "startingOffsetsByTimestampStrategy": "nearest", "startingOffsets": "latest"}
+    assert first_problem(options, read="batch").startswith("option 'startingOffsetsByTimestampStrategy'")
+
+
+@pytest.mark.parametrize("options", [
+    {"startingTimestamp": "1700000000000", "startingOffsets": "latest"},
+    {"startingOffsetsByTimestamp": '{"orders": {"0": 1700000000000}}', "startingOffsets": '{"orders": {"0": -1}}'},
+    {"endingTimestamp": "1700000000000", "endingOffsets": "earliest"},
+    {"endingOffsetsByTimestamp": '{"orders": {"0": 1700000000000}}', "endingOffsets": '{"orders": {"0": -2}}'},
+])
+def test_a_batch_read_checks_only_the_option_that_takes_precedence(options):
+    # getKafkaOffsetRangeLimit: a timestamp wins over the offsets, which Spark then never reads.
+    parse_options({**BASE, **options}, read="batch")
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"startingOffsets": '{"orders": {"0": 5}}', "endingOffsets": '{"orders": {"0": 9, "1": 3}}'},
+     "options 'startingOffsets' and 'endingOffsets' must name the same partitions; only in 'endingOffsets': orders-1"),
+    ({"startingOffsets": '{"orders": {"0": 9}}', "endingOffsets": '{"orders": {"0": 5}}'},
+     "the batch read starts after it ends for orders-0 (start 9, end 5)"),
+    ({"startingOffsetsByTimestamp": '{"orders": {"0": 9}}', "endingOffsetsByTimestamp": '{"orders": {"1": 5}}'},
+     "options 'startingOffsetsByTimestamp' and 'endingOffsetsByTimestamp' must name the same partitions"),
+    ({"startingOffsetsByTimestamp": '{"orders": {"0": 9}}', "endingOffsetsByTimestamp": '{"orders": {"0": 5}}'},
+     "the batch read starts after it ends for orders-0 (start 9, end 5)"),
+])
+def test_a_batch_reads_starting_and_ending_offsets_must_fit_together_before_kafka_is_asked(options, named):
+    # checkOffsetLimitValidity, in createRelation, before any request to Kafka.
+    assert named in first_problem({**BASE, **options}, read="batch")
+
+
+def test_sentinels_are_not_compared_with_offsets():
+    parse_options({**BASE, "startingOffsets": '{"orders": {"0": 9}}', "endingOffsets": '{"orders": {"0": -1}}'},
+                  read="batch")
+
+
+def test_the_number_of_subscriptions_comes_before_their_values():
+    assert first_problem({**BOOTSTRAP, "subscribe": " ", "assign": "[]"}).startswith("exactly one of")
+
+
+@pytest.mark.parametrize("option", ["minPartitions", "maxRecordsPerPartition"])
+def test_partitioning_comes_after_the_subscription_and_before_the_kafka_options(option):
+    assert first_problem({"kafka.bootstrap.servers": "h:1", option: "0"}).startswith("exactly one of")
+    assert first_problem({"subscribe": "a", option: "0", "kafka.auto.offset.reset": "earliest"}).startswith(
+        f"option '{option}' must be a positive")
+
+
+def test_the_kafka_options_spark_refuses_are_reported_in_sparks_order():
+    refused = ["auto.offset.reset", "key.deserializer", "value.deserializer", "enable.auto.commit",
+               "interceptor.classes"]
+    for n, key in enumerate(refused):
+        options = {**BASE, **{f"kafka.{later}": "x" for later in refused[n:]}}
+        assert first_problem(options).startswith(f"option 'kafka.{key}' is not supported"), key
+
+
+def test_sparks_refusals_come_before_missing_bootstrap_servers_and_this_sources_own_after():
+    assert first_problem({"subscribe": "a", "kafka.interceptor.classes": "x"}).startswith(
+        "option 'kafka.interceptor.classes'")
+    assert first_problem({"subscribe": "a", "kafka.enable.partition.eof": "true"}).startswith(
+        "option 'kafka.bootstrap.servers' is required")
+
+
+def test_missing_bootstrap_servers_come_before_the_trigger_limits():
+    options = {"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}
+    assert first_problem(options).startswith("option 'kafka.bootstrap.servers' is required")
+
+
+@pytest.mark.parametrize("other", [{"kafka.isolation.level": "serializable"}, {"backlog.maxBytesPerTrigger": "lots"},
+                                   {"failOnDataLoss": "maybe"}, {"startingOffsets": "first"}])
+def test_the_trigger_limits_come_before_every_other_value(other):
+    options = {**BASE, "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5", **other}
+    assert first_problem(options).startswith("'minOffsetsPerTrigger' (10) must not exceed")
+
+
+@pytest.mark.parametrize("options", [
+    {"endingOffsets": "latest"},  # a stream: the ending option; a batch read: the subscription
+    {"startingOffsets": "latest"},  # a batch read: its start; a stream: the subscription
+    {"endingOffsets": "latest", "kafka.auto.offset.reset": "earliest", "subscribe": "a"},
+])
+def test_load_leaves_a_problem_to_the_reader_when_the_kind_of_read_decides_which_comes_first(options):
+    assert parse_options_at_load(options) is None
+
+
+@pytest.mark.parametrize("options, named", [
+    ({}, "exactly one of"),
+    ({"endingOffsets": "latest", "subscibe": "a"}, "unknown option 'subscibe'"),
+    ({**BASE, "backlog.maxBytesPerTrigger": "lots"}, "option 'backlog.maxBytesPerTrigger'"),
+])
+def test_load_reports_a_problem_both_kinds_of_read_report_first(options, named):
+    with pytest.raises(ConfigError, match=named):
+        parse_options_at_load(options)
+
+
+def test_load_parses_what_either_kind_of_read_accepts():
+    assert parse_options_at_load({**BASE, "endingOffsets": "latest"}).ending_offsets is StartingPoint.LATEST
