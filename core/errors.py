@@ -10,6 +10,7 @@ removed).
 
     BacklogSourceError
     ├── ConfigError            an option, variable or argument is not allowed (also a ValueError)
+    │   └── AccessRefusedError Kafka refused this client: authentication, TLS or an ACL (the message leads with which)
     ├── OffsetFormatError      a persisted value (offset dict, split) has an unknown version or shape
     │   └── MalformedEvent     a control-topic message that is not a BacklogFinishEvent we understand
     ├── MalformedRecordError   a Kafka record the output schema cannot hold (Spark fails the same way)
@@ -19,7 +20,8 @@ removed).
     ├── SnapshotError          a snapshot is missing, malformed or does not fit
     └── ModeSwitchError        start_backlog_aware could not start or switch the query
 
-Errors that one module raises and handles live with it: ``TopicsDeletedError`` in
+Errors that one module raises and handles live with it: ``AccessRefusedError`` with the
+messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``TopicsDeletedError`` in
 :mod:`backlog_source.enumerator.kafka_admin`, ``StopTimeoutError`` in
 :mod:`backlog_source.mode_switch.controller`, the demo's and the brokers' in
 :mod:`backlog_source.demo.errors`. All derive from :class:`BacklogSourceError`.

@@ -14,9 +14,12 @@ timeout of that name, 60 s by default). Inside the deadline a failed request is 
 ``fetchOffset.numRetries`` times, ``fetchOffset.retryIntervalMs`` apart (1 s, Spark's), and a request
 that fails fast ("not leader for partition" from a broker that just came back) is asked
 again inside its attempt, as the Java admin client does (:meth:`KafkaAdmin._call`). Errors that
-retrying cannot fix (a rejected configuration, failed authentication, missing
-authorization) are raised at once. Each offsets call is one batched ``ListOffsets`` request
-for all buckets (per broker), not one request per partition.
+retrying cannot fix (a rejected configuration, failed authentication, an untrusted
+certificate, missing authorization) are raised at once, a refusal as
+:class:`~backlog_source.core.kafka_refusals.AccessRefusedError` leading with its cause and
+naming the topic an ACL refused; a wrong password or CA, which a request sees only as a
+timeout, is told by the client's error callback. Each offsets call is one batched
+``ListOffsets`` request for all buckets (per broker), not one request per partition.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -36,6 +40,14 @@ from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import BacklogSourceError, ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_answers import check_offsets
 from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
+from backlog_source.core.kafka_refusals import (
+    AUTHORIZATION_CODES,
+    CONNECTION_REFUSALS,
+    AccessRefusedError,
+    Refusal,
+    access_refused,
+    refusal_of,
+)
 from backlog_source.core.settings import SourceSettings
 
 log = logging.getLogger(__name__)
@@ -153,11 +165,15 @@ class RequestPolicy:
 
 
 class _LastFailure(logging.Handler):
-    """Keeps the latest line librdkafka logged about a broker connection, so an error can say
-    why (``Connection refused``, ``Failed to resolve ...``) instead of "transport failure".
+    """Keeps what librdkafka last said about a broker connection, so an error can say why
+    instead of "transport failure" or "timed out": the latest line it logged (``Connection
+    refused``, ``Failed to resolve ...``), and the latest refusal of the connection its error
+    callback (``error_cb``) or log reported (wrong credentials, an untrusted certificate),
+    which a request only sees as a timeout.
 
     librdkafka retries a dead broker every few hundred milliseconds and logs each attempt; the
     lines go here rather than to the job's log, and one warning per failed request says it.
+    Both are handed over by the admin client's ``poll()``.
     """
 
     _ids = itertools.count()
@@ -165,6 +181,8 @@ class _LastFailure(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.line: str | None = None
+        self.refusal: Refusal | None = None
+        self.refusal_text = ""
         self.logger = logging.getLogger(f"{__name__}.librdkafka.{next(self._ids)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.WARNING)
@@ -173,6 +191,17 @@ class _LastFailure(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         # "FAIL [rdkafka#producer-1] [thrd:...]: host:port/bootstrap: Connect to ... failed: ..."
         self.line = record.getMessage().split("]: ", 2)[-1]
+        self._note(None, self.line)
+
+    def on_error(self, error: KafkaError) -> None:
+        """librdkafka's ``error_cb``: ``_AUTHENTICATION``, ``_SSL``, ``_TRANSPORT``, ... for
+        the client as a whole."""
+        self._note(error.code(), error.str())
+
+    def _note(self, code: int | None, text: str) -> None:
+        refusal = refusal_of(code, text)
+        if refusal in CONNECTION_REFUSALS:
+            self.refusal, self.refusal_text = refusal, text
 
 
 class KafkaAdmin:
@@ -203,7 +232,8 @@ class KafkaAdmin:
         if self._admin is None:
             self._failure = _LastFailure()
             try:
-                self._admin = self._admin_factory(self._kafka.librdkafka(ClientRole.ADMIN, logger=self._failure.logger))
+                self._admin = self._admin_factory(self._kafka.librdkafka(
+                    ClientRole.ADMIN, logger=self._failure.logger, error_cb=self._failure.on_error))
             except KafkaException as exc:
                 raise ConfigError(f"the kafka.* options are not a valid client configuration: "
                                   f"{self._kafka.redact(_error_text(exc))}") from None
@@ -252,17 +282,20 @@ class KafkaAdmin:
             remaining = deadline - self._clock()
             if attempt > policy.num_retries or remaining <= policy.retry_interval_ms / 1000:
                 raise KafkaUnavailableError(
-                    f"{what} failed: no answer from Kafka at {self._kafka.bootstrap_servers} within "
-                    f"{policy.timeout_ms} ms (kafka.default.api.timeout.ms; {attempt} attempt(s), "
-                    f"fetchOffset.numRetries={policy.num_retries}): {reason}. Check "
-                    "kafka.bootstrap.servers and that the brokers are reachable from the driver"
+                    f"no answer from Kafka at {self._kafka.bootstrap_servers} within {policy.timeout_ms} ms "
+                    f"(kafka.default.api.timeout.ms; {attempt} attempt(s), fetchOffset.numRetries="
+                    f"{policy.num_retries}) while {what}: {reason}. Check kafka.bootstrap.servers and that the "
+                    "brokers are reachable from the driver"
                 ) from None
             log.warning("%s failed (attempt %d), retrying: %s", what, attempt, reason)
             self._sleep(policy.retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 
     def _try(self, what: str, request: Callable[[float], T], timeout_s: float) -> "_Answer[T] | BaseException":
-        """One request: its answer, or the retriable failure. Raises what retrying cannot fix."""
+        """One request: its answer, or the retriable failure. Raises what retrying cannot fix:
+        :class:`AccessRefusedError` when Kafka refused this client (its message leads with
+        why), :class:`ConfigError` for a request it refused as invalid."""
+        self._forget_refusals()
         try:
             return _Answer(request(timeout_s))
         except KafkaException as exc:
@@ -273,21 +306,40 @@ class KafkaAdmin:
             raise  # the client could not be created, or the topic is gone or new: retrying changes nothing
         except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
             failure = exc
-        self._serve_log()
-        if _is_authentication_failure(self._failure.line if self._failure else None):
-            # Wrong credentials show up as a timeout, with the reason only in the
-            # connection log; retrying cannot fix them.
-            raise self._refused(what, failure) from None
+        refused = self._connection_refused()
+        if refused is not None:
+            # Wrong credentials or an untrusted certificate show up as a timeout, with the
+            # reason only in the error callback and the connection log; retrying cannot fix them.
+            raise refused from None
         return failure
 
-    def _refused(self, what: str, exc: BaseException) -> ConfigError:
-        return ConfigError(
-            f"Kafka at {self._kafka.bootstrap_servers} refused {what}: {self._reason(exc)}. Check the "
-            "security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and this client's ACLs"
-        )
+    def _refused(self, what: str, exc: KafkaException) -> ConfigError:
+        """The error for a request Kafka refused at once (a code in ``_NOT_RETRIABLE``)."""
+        refusal = refusal_of(_error_code(exc), _error_text(exc))
+        if refusal is None:
+            return ConfigError(f"Kafka at {self._kafka.bootstrap_servers} refused {what} as invalid: "
+                               f"{self._reason(exc)}. Check the kafka.* options")
+        if refusal in CONNECTION_REFUSALS:
+            # The callback's words say more ("certificate verify failed") than the request's code.
+            return self._connection_refused() or access_refused(refusal, self._kafka, _error_text(exc))
+        return access_refused(refusal, self._kafka, _error_text(exc))
+
+    def _connection_refused(self) -> AccessRefusedError | None:
+        """The error for the refusal of the connection librdkafka reported last, if any."""
+        self._serve_log()
+        if self._failure is None or self._failure.refusal is None:
+            return None
+        return access_refused(self._failure.refusal, self._kafka, self._failure.refusal_text)
+
+    def _forget_refusals(self) -> None:
+        """Only a refusal reported during a request explains its failure: a kept client may
+        have seen one long ago (a TLS handshake cut short by a broker shutting down)."""
+        self._serve_log()
+        if self._failure is not None:
+            self._failure.refusal = None
 
     def _serve_log(self) -> None:
-        """Hand librdkafka's queued log lines to :class:`_LastFailure`."""
+        """Hand librdkafka's queued log lines and errors to :class:`_LastFailure`."""
         if self._admin is not None:
             self._admin.poll(0)
 
@@ -345,6 +397,9 @@ class KafkaAdmin:
                 try:
                     description = future.result(timeout=timeout_s)
                 except KafkaException as exc:
+                    if _error_code(exc) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise access_refused(Refusal.TOPIC_AUTHORIZATION, self._kafka, _error_text(exc), topic=name,
+                                             operation="DESCRIBE") from None
                     if _error_code(exc) not in _UNKNOWN_TOPIC:
                         raise
                     continue
@@ -352,7 +407,7 @@ class KafkaAdmin:
                                             internal=bool(description.is_internal))
             return found
 
-        return self._call("describing the subscribed topics", request)
+        return self._call(f"describing {_topics_text(names)}", request)
 
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
@@ -402,8 +457,7 @@ class KafkaAdmin:
                     isolation_level=isolation,
                     request_timeout=timeout_s,
                 )
-                answers = {Bucket(tp.topic, tp.partition): future.result(timeout=timeout_s).offset
-                           for tp, future in futures.items()}
+                answers = _offsets_of(futures, timeout_s, self._kafka)
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
                     self._raise_if_changed(specs.keys(), timeout_s, unknown_before)
@@ -465,11 +519,14 @@ class KafkaAdmin:
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
+            if _error_code(exc) in AUTHORIZATION_CODES:  # Kafka takes CREATE on the topic or on the cluster
+                raise access_refused(Refusal.TOPIC_AUTHORIZATION, self._kafka, _error_text(exc), topic=topic,
+                                     operation="CREATE") from None
             if _error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another query created it first
                 raise ControlTopicError(
-                    f"cannot create the control topic {topic!r} named by option 'backlog.eventsTopic': "
-                    f"{self._kafka.redact(_error_text(exc))}. Create it (1 partition) or grant this client "
-                    "CREATE and READ/WRITE on it, or point 'backlog.eventsTopic' at a topic that exists"
+                    f"cannot create the control topic {topic!r} (option 'backlog.eventsTopic'): "
+                    f"{self._kafka.redact(_error_text(exc))}. Create it beforehand with 1 partition, or point "
+                    "'backlog.eventsTopic' at a topic that exists"
                 ) from None
         self._await_leaders(topic)
 
@@ -504,12 +561,29 @@ class _Answer(Generic[T]):
     value: T
 
 
-def _is_authentication_failure(connection_log_line: str | None) -> bool:
-    """librdkafka's log line of a failed connection says whether the broker refused the
-    credentials or the TLS handshake ("SASL authentication error: ...", "SSL handshake
-    failed")."""
-    line = (connection_log_line or "").lower()
-    return "authentication error" in line or "authentication failed" in line or "ssl handshake failed" in line
+def _offsets_of(futures: Mapping[TopicPartition, Future], timeout_s: float,
+                kafka: KafkaClientConfig) -> dict[Bucket, int]:
+    """The offset each ListOffsets future answered. Raises :class:`AccessRefusedError` naming
+    the topic whose DESCRIBE an ACL refused (what ListOffsets needs), the future's
+    ``KafkaException`` otherwise."""
+    answers = {}
+    for tp, future in futures.items():
+        try:
+            answers[Bucket(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
+        except KafkaException as exc:
+            if _error_code(exc) != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise
+            raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, _error_text(exc), topic=tp.topic,
+                                 operation="DESCRIBE") from None
+    return answers
+
+
+def _topics_text(names: list[str], shown: int = 3) -> str:
+    """``topic 'a'``, ``topics 'a', 'b'``, or the first few and how many more."""
+    if len(names) == 1:
+        return f"topic {names[0]!r}"
+    listed = ", ".join(repr(name) for name in names[:shown])
+    return f"topics {listed}" + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _error_code(exc: KafkaException) -> int | None:

@@ -13,11 +13,13 @@ from confluent_kafka import KafkaError, KafkaException
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
+from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
 from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError, TopicsRecreatedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
 SECRET = "s3cret-pass"
-KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", secrets={"sasl.password": SECRET})
+KAFKA = KafkaClientConfig(bootstrap_servers="broker-a:9092,broker-b:9092", params={"sasl.username": "svc"},
+                          secrets={"sasl.password": SECRET})
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 
 
@@ -122,6 +124,7 @@ def test_retries_used_up_raise_kafka_unavailable_naming_servers_options_and_atte
         offsets_client.latest_offsets([A0])
     message = str(raised.value)
     assert len(admin.requests) == 4  # fetchOffset.numRetries=3: four attempts
+    assert message.startswith("no answer from Kafka at broker-a:9092,broker-b:9092 within 30000 ms")
     for part in ("fetching latest offsets", "broker-a:9092,broker-b:9092", "kafka.default.api.timeout.ms",
                  "4 attempt(s)", "fetchOffset.numRetries=3", "Connection refused", "kafka.bootstrap.servers"):
         assert part in message
@@ -139,16 +142,78 @@ def test_one_deadline_bounds_every_attempt_together():
     assert timeouts[0] == pytest.approx(1.0) and timeouts == sorted(timeouts, reverse=True)
 
 
-@pytest.mark.parametrize("code", [KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-                                  KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._SSL])
-def test_a_configuration_error_is_raised_at_once_without_retrying(code):
-    offsets_client, admin, clock = client([failed(code, f"login as user failed, password {SECRET}")])
-    with pytest.raises(ConfigError) as raised:
+@pytest.mark.parametrize("code, text, starts, names", [
+    (KafkaError._AUTHENTICATION, "SASL authentication error", "authentication failed: ", "kafka.sasl.jaas.config"),
+    (KafkaError.SASL_AUTHENTICATION_FAILED, "Invalid credentials", "authentication failed: ", "kafka.sasl.mechanism"),
+    (KafkaError._SSL, "SSL handshake failed: certificate verify failed", "TLS certificate not trusted: ",
+     "kafka.ssl.ca.location"),
+    (KafkaError._SSL, "SSL handshake failed: wrong version number", "TLS handshake failed ", "kafka.security.protocol"),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed", "authorization refused for ",
+     "Grant principal User:svc DESCRIBE and READ"),
+])
+def test_a_refusal_is_raised_at_once_leading_with_its_cause(code, text, starts, names):
+    offsets_client, admin, clock = client([failed(code, f"{text}, password {SECRET}")])
+    with pytest.raises(AccessRefusedError) as raised:
         offsets_client.latest_offsets([A0])
     assert len(admin.requests) == 1 and clock.slept == []
     message = str(raised.value)
-    assert "broker-a:9092" in message and "kafka.security.protocol" in message
+    assert isinstance(raised.value, ConfigError) and message.startswith(starts)
+    assert "broker-a:9092" in message and names in message
     assert SECRET not in message and "***" in message
+
+
+def test_a_topic_an_acl_hides_is_named_where_describing_it_was_refused():
+    """The control topic's DESCRIBE refused read as "refused describing the subscribed
+    topics" although the subscribed topic was describable (issue 46)."""
+    denied = failed(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+    offsets_client, admin, _ = client([lambda topics: {name: future(error=denied) if name == "_backlog_events"
+                                                       else describe({"a": 2})(topics)[name]
+                                                       for name in topics.topic_names}])
+    with pytest.raises(AccessRefusedError) as raised:
+        offsets_client.describe_topics(["a", "_backlog_events"])
+    error = raised.value
+    assert (error.refusal, error.topic, error.operation) == (Refusal.TOPIC_AUTHORIZATION, "_backlog_events", "DESCRIBE")
+    assert str(error).startswith("authorization refused for topic '_backlog_events': ")
+    assert "subscribed" not in str(error) and len(admin.requests) == 1
+
+
+def test_an_offsets_request_an_acl_refuses_names_the_topic():
+    denied = failed(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+    offsets_client, _, _ = client([lambda specs: {tp: future(error=denied) if tp.topic == "b"
+                                                  else future(SimpleNamespace(offset=1)) for tp in specs}])
+    with pytest.raises(AccessRefusedError) as raised:
+        offsets_client.latest_offsets([A0, Bucket("b", 0)])
+    assert (raised.value.topic, raised.value.operation) == ("b", "DESCRIBE")
+
+
+@pytest.mark.parametrize("code, text, starts", [
+    (KafkaError._AUTHENTICATION, "sasl_ssl://h:1/bootstrap: SASL authentication error: Authentication failed "
+                                 "during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256",
+     "authentication failed: "),
+    (KafkaError._SSL, "ssl://h:1/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify "
+                      "failed: broker certificate could not be verified", "TLS certificate not trusted: "),
+])
+def test_a_refusal_told_only_by_the_error_callback_leads_the_timeout_error(code, text, starts):
+    """A wrong password or an untrusted CA reaches the request only as a timeout; librdkafka's
+    error callback says why. The error leads with that, and nothing is retried."""
+    def refused_meanwhile(specs):  # the callback fires while the request waits
+        admin.config["error_cb"](KafkaError(code, text))
+        raise failed(KafkaError._TIMED_OUT, "Local: Timed out")
+
+    offsets_client, admin, _ = client([refused_meanwhile] * 4)
+    with pytest.raises(AccessRefusedError) as raised:
+        offsets_client.latest_offsets([A0])
+    assert str(raised.value).startswith(starts) and text in str(raised.value)
+    assert "Timed out" not in str(raised.value) and len(admin.requests) == 1
+
+
+def test_a_refusal_reported_before_a_request_does_not_explain_its_timeout():
+    """A kept client may have seen a TLS handshake cut short long ago (a broker shutting
+    down): a later timeout is retried as any other."""
+    offsets_client, admin, _ = client([offsets({A0: 1}), Slow(failed(KafkaError._TIMED_OUT)), offsets({A0: 2})])
+    assert offsets_client.latest_offsets([A0]) == {A0: 1}
+    admin.config["error_cb"](KafkaError(KafkaError._SSL, "SSL handshake failed: Disconnected"))
+    assert offsets_client.latest_offsets([A0]) == {A0: 2}
 
 
 def test_secrets_never_reach_an_unavailable_error():
@@ -179,7 +244,7 @@ def test_an_answer_without_a_valid_offset_is_a_failed_attempt_and_retried():
 @pytest.mark.parametrize("method", ["earliest_offsets", "latest_offsets"])
 def test_no_valid_offset_within_the_retries_is_kafka_unavailable_never_an_offset(method):
     offsets_client, admin, _ = client([Slow(offsets({A0: -1001}))] * 4)
-    with pytest.raises(KafkaUnavailableError, match=r"fetchOffset.numRetries=3\): no valid offset for a-0 "):
+    with pytest.raises(KafkaUnavailableError, match=r"=3\) while fetching \w+ offsets: no valid offset for a-0 "):
         getattr(offsets_client, method)([A0])
     assert len(admin.requests) == 4
 
@@ -277,10 +342,22 @@ def test_a_created_topic_is_ready_only_once_its_partitions_have_leaders():
 
 def test_ensure_topic_that_cannot_be_created_names_the_option():
     offsets_client, _, _ = client([describe({}), lambda topics: {
-        t.topic: future(error=failed(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"denied {SECRET}")) for t in topics}])
+        t.topic: future(error=failed(KafkaError.POLICY_VIOLATION, f"refused {SECRET}")) for t in topics}])
     with pytest.raises(ControlTopicError) as raised:
         offsets_client.ensure_topic("_events", 1)
-    assert "backlog.eventsTopic" in str(raised.value) and SECRET not in str(raised.value)
+    assert str(raised.value).startswith("cannot create the control topic '_events' (option 'backlog.eventsTopic')")
+    assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED])
+def test_ensure_topic_an_acl_refuses_to_create_says_create_was_refused_on_that_topic(code):
+    """Kafka takes CREATE on the topic or on the cluster; either refusal is one on the topic."""
+    offsets_client, _, _ = client([describe({}), lambda topics: {
+        t.topic: future(error=failed(code, f"denied {SECRET}")) for t in topics}])
+    with pytest.raises(AccessRefusedError) as raised:
+        offsets_client.ensure_topic("_events", 1)
+    assert (raised.value.topic, raised.value.operation) == ("_events", "CREATE")
+    assert SECRET not in str(raised.value)
 
 
 def test_a_pickled_client_reconnects_instead_of_carrying_its_admin_client():
@@ -314,13 +391,19 @@ def test_wrong_credentials_seen_only_in_the_connection_log_are_not_retried():
     """With a wrong SASL password librdkafka's request just times out; the reason is in its
     connection log ("SASL authentication error: ..."). Retrying cannot fix it: the error
     names the security options at once (seen on Apache Kafka with a SASL_PLAINTEXT listener)."""
-    offsets_client, admin, _ = client([failed(KafkaError._TIMED_OUT)] * 4)
-    offsets_client._client()
-    offsets_client._failure.logger.error("FAIL [rdkafka#producer-1] [thrd:x]: sasl_plaintext://h:1/bootstrap: SASL "
-                                         "authentication error: Authentication failed: Invalid username or password")
-    with pytest.raises(ConfigError, match=r"kafka\.security\.protocol, kafka\.sasl\.\*") as raised:
+    def logged_meanwhile(specs):  # librdkafka logs the failed connection while the request waits
+        offsets_client._failure.logger.error("FAIL [rdkafka#producer-1] [thrd:x]: sasl_plaintext://h:1/bootstrap: "
+                                             "SASL authentication error: Authentication failed: Invalid username or "
+                                             "password")
+        raise failed(KafkaError._TIMED_OUT)
+
+    offsets_client, admin, _ = client([logged_meanwhile] * 4)
+    with pytest.raises(AccessRefusedError) as raised:
         offsets_client.latest_offsets([A0])
-    assert "Invalid username or password" in str(raised.value)
+    message = str(raised.value)
+    assert message.startswith("authentication failed: Kafka at broker-a:9092,broker-b:9092 refused the credentials "
+                              "of principal User:svc (sasl_plaintext://h:1/bootstrap: SASL authentication error")
+    assert "Invalid username or password" in message and "kafka.sasl.jaas.config" in message
     assert len(admin.requests) == 1
 
 
