@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,8 +34,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.client_pool import EVICT_EVERY_S, ClientPool, settings_key
+from backlog_source.core.errors import ControlTopicError
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
+from backlog_source.core.kafka_refusals import AUTHORIZATION_CODES, AccessRefusedError, Refusal, principal
 from backlog_source.core.settings import ReaderConfig, SourceSettings
 from backlog_source.core.text_enum import TextEnum
 from backlog_source.events import dedup
@@ -45,6 +48,21 @@ log = logging.getLogger(__name__)
 CONTROL_PARTITION = 0
 #: At most this many control messages per consume() call, each call waiting at most this long.
 _CONSUME_BATCH, _CONSUME_WAIT_S = 1000, 0.2
+
+
+def control_topic_refused(topic: str, kafka: KafkaClientConfig, operation: str | None,
+                          detail: str) -> ControlTopicError:
+    """The error for an ACL that refuses this client the control topic ``topic``: the cause
+    first, then every ACL the control topic needs (``detail``: librdkafka's words, redacted
+    here). The one message for it: the driver raises it, publishers and the driver's reader
+    log it as a warning."""
+    who = principal(kafka)
+    return ControlTopicError(
+        f"authorization refused for topic {topic!r}, the control topic (option 'backlog.eventsTopic'): Kafka at "
+        f"{kafka.bootstrap_servers} does not allow {who} {operation or 'access'} on it ({kafka.redact(detail)}). "
+        f"Grant {who} DESCRIBE, READ and WRITE on topic {topic!r}, and CREATE on it unless it is created "
+        f"beforehand (1 partition); or set 'backlog.eventsTopic' to a topic {who} may use"
+    )
 
 
 def publish_once(
@@ -137,7 +155,10 @@ def publish(config: ReaderConfig, event: ControlEvent, pool: ClientPool = PRODUC
         return False
     if not delivered or delivered[0] is not None:
         pool.discard(producer)
-        reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
+        if delivered and delivered[0].code() in AUTHORIZATION_CODES:
+            reason = str(control_topic_refused(config.events_topic, config.kafka, "WRITE", delivered[0].str()))
+        else:
+            reason = config.kafka.redact(str(delivered[0])) if delivered else "no acknowledgement in time"
         log.warning("could not publish %s: %s", event.describe(), reason)
         return False
     pool.give_back(key, producer)
@@ -195,7 +216,11 @@ class ControlTopicReader:
         try:
             low, high = watermarks(consumer, partition, timeout_s)
         except Exception as exc:  # KafkaException, or NoValidOffsets (which would read as a re-created topic)
-            log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.code() in AUTHORIZATION_CODES:
+                log.warning("%s", control_topic_refused(topic, self._kafka, "DESCRIBE", error.str()))
+            else:
+                log.warning("could not read the control topic %r: %s", topic, self._kafka.redact(str(exc)))
             return ControlMessages([], position)
         if position > high:
             log.warning("control topic %r ends at %d, before the position %d this query read to: it was re-created; "
@@ -219,6 +244,9 @@ class ControlTopicReader:
                         position = message.offset() + 1
                 elif error.code() == KafkaError._PARTITION_EOF:
                     position = max(position, message.offset())
+                elif error.code() in AUTHORIZATION_CODES:
+                    log.warning("%s", control_topic_refused(topic, self._kafka, "READ", error.str()))
+                    return ControlMessages(values, position)
                 else:
                     log.warning("reading the control topic %r: %s", topic, self._kafka.redact(error.str()))
         return ControlMessages(values, position)
@@ -229,7 +257,9 @@ class ControlTopicReader:
 
 class ControlTopicAdmin(Protocol):
     """What :class:`ControlTopic` asks of the enumerator's admin client
-    (:class:`~backlog_source.enumerator.kafka_admin.OffsetsClient`)."""
+    (:class:`~backlog_source.enumerator.kafka_admin.OffsetsClient`). Each method raises
+    :class:`~backlog_source.core.kafka_refusals.AccessRefusedError` when Kafka refuses the
+    client (naming the topic and the ACL operation when an ACL refused it)."""
 
     def ensure_topic(self, topic: str, partitions: int) -> None: ...
 
@@ -251,24 +281,40 @@ class ControlTopic:
 
     def __init__(self, settings: SourceSettings, client: ControlTopicAdmin, reader: ControlTopicReader | None = None) -> None:
         self._topic = settings.backlog_events_topic
+        self._kafka = settings.kafka
         self._client = client
         self._reader = reader or ControlTopicReader(settings.kafka, self._topic, settings.api_timeout_ms)
         self._identity: TopicIdentity | None = None
 
     def open(self) -> int:
-        """Create the topic if it is missing (raises
-        :class:`~backlog_source.core.errors.ControlTopicError` naming the option if it cannot) and
-        return its log end: events written before are not this query's."""
-        self._client.ensure_topic(self._topic, 1)
-        self._identity = self._client.topic_identity(self._topic)
-        if self._identity is not None:
-            self._warn_if_partitioned(self._identity)
-        return self._latest()
+        """Create the topic if it is missing and return its log end: events written before
+        are not this query's. Raises :class:`~backlog_source.core.errors.ControlTopicError`
+        naming the topic, the option and the ACLs to grant when Kafka's ACLs refuse this
+        client the topic, or naming the option when it cannot be created; a refused
+        connection (authentication, TLS) is raised as the client raised it."""
+        with self._refusals():
+            self._client.ensure_topic(self._topic, 1)
+            self._identity = self._client.topic_identity(self._topic)
+            if self._identity is not None:
+                self._warn_if_partitioned(self._identity)
+            return self._latest()
 
     def log_end(self) -> int:
         """The control topic's log end, after :meth:`_check` (re-created: 0)."""
-        self._check()
-        return self._latest()
+        with self._refusals():
+            self._check()
+            return self._latest()
+
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """An ACL refusal met while asking about the control topic is one on the control topic:
+        said so, with the ACLs it needs, instead of as a refusal of a topic the user subscribed."""
+        try:
+            yield
+        except AccessRefusedError as refused:
+            if refused.refusal is Refusal.TOPIC_AUTHORIZATION and refused.topic in (None, self._topic):
+                raise control_topic_refused(self._topic, self._kafka, refused.operation, refused.detail) from None
+            raise
 
     def _latest(self) -> int:
         bucket = Bucket(self._topic, CONTROL_PARTITION)
@@ -278,7 +324,8 @@ class ControlTopic:
         """The messages since ``position``, after checking the topic is still the one this
         run read: a missing topic is re-created and yields nothing; a re-created one is read
         from its start."""
-        change = self._check()
+        with self._refusals():
+            change = self._check()
         if change is TopicChange.RECREATED_HERE:
             return ControlMessages([], 0)
         return self._reader.read_from(0 if change is TopicChange.RECREATED else position)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from backlog_source.core.errors import ControlTopicError
 from backlog_source.core.kafka_config import KafkaClientConfig
+from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal, access_refused
 from backlog_source.core.settings import parse_options
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from tests.fakes import FakeClock, FakeConsumer, FakeOffsetsClient, Msg, RecordingControlReader, eof
@@ -184,3 +187,83 @@ def test_a_topic_with_several_partitions_is_used_but_warned_about(caplog):
     with caplog.at_level(logging.WARNING):
         control.read_from(0)
     assert reader.reads == [0] and "partition 0 only" not in caplog.text  # said once, not at every read
+
+
+# -- refused by Kafka's ACLs: the control topic's errors name it, the option and every ACL
+
+SECURED = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "_events",
+                         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                         "kafka.sasl.username": "ingest", "kafka.sasl.password": SECRET})
+CONTROL_TOPIC_ACLS = ("Grant principal User:ingest DESCRIBE, READ and WRITE on topic '_events', and CREATE on it "
+                      "unless it is created beforehand (1 partition); or set 'backlog.eventsTopic'")
+
+
+class RefusingClient(FakeOffsetsClient):
+    """A cluster whose ACLs refuse this client: every request raises ``error``."""
+
+    def __init__(self, error: AccessRefusedError) -> None:
+        super().__init__(topics={"a": [(0, 10)]})
+        self.error = error
+
+    def ensure_topic(self, topic, partitions):
+        raise self.error
+
+    def topic_identity(self, topic):
+        raise self.error
+
+
+def refused(refusal=Refusal.TOPIC_AUTHORIZATION, topic="_events", operation="DESCRIBE"):
+    return access_refused(refusal, SECURED.kafka, f"Broker: Topic authorization failed {SECRET}", topic=topic,
+                          operation=operation)
+
+
+@pytest.mark.parametrize("operation", ["DESCRIBE", "CREATE"])
+def test_an_acl_refusing_the_control_topic_names_it_the_option_and_every_acl_it_needs(operation):
+    """Issue 46: a principal with READ and DESCRIBE on its topic only failed at start with
+    "refused describing the subscribed topics", though the subscribed topic was describable."""
+    control = ControlTopic(SECURED, RefusingClient(refused(operation=operation)), RecordingControlReader())
+    with pytest.raises(ControlTopicError) as raised:
+        control.open()
+    message = str(raised.value)
+    assert message.startswith("authorization refused for topic '_events', the control topic (option "
+                              f"'backlog.eventsTopic'): Kafka at h:1 does not allow principal User:ingest {operation} on it")
+    assert CONTROL_TOPIC_ACLS in message and "subscribed" not in message
+    assert SECRET not in message
+
+
+def test_a_refusal_without_a_topic_name_met_on_the_control_topic_is_one_on_it():
+    control = ControlTopic(SECURED, RefusingClient(refused(topic=None)), RecordingControlReader())
+    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
+        control.open()
+
+
+def test_the_control_topic_refused_later_says_so_too():
+    control = ControlTopic(SECURED, FakeOffsetsClient(topics={"a": [(0, 10)]}), RecordingControlReader())
+    control.open()
+    control._client = RefusingClient(refused())  # the ACL removed while the query runs
+    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
+        control.log_end()
+    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
+        control.read_from(0)
+
+
+@pytest.mark.parametrize("error", [refused(Refusal.AUTHENTICATION, topic=None, operation=None),
+                                   refused(Refusal.UNTRUSTED_CERTIFICATE, topic=None, operation=None),
+                                   refused(topic="orders")])
+def test_a_refusal_that_is_not_the_control_topics_keeps_its_own_cause(error):
+    """A wrong password or CA met first on the control topic is a wrong password or CA."""
+    control = ControlTopic(SECURED, RefusingClient(error), RecordingControlReader())
+    with pytest.raises(AccessRefusedError) as raised:
+        control.open()
+    assert raised.value is error
+
+
+def test_a_reader_refused_read_access_warns_with_the_control_topics_acls(caplog):
+    consumer = FakeConsumer([[Msg(0, error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"no {SECRET}"),
+                                  topic=TOPIC)]], watermarks=(0, 2))
+    control_reader = ControlTopicReader(SECURED.kafka, TOPIC, 1_000, consumer_factory=consumer, clock=FakeClock())
+    with caplog.at_level(logging.WARNING):
+        read = control_reader.read_from(0)
+    assert read.values == [] and read.next_position == 0 and consumer.closed
+    assert f"authorization refused for topic {TOPIC!r}, the control topic" in caplog.text
+    assert "READ on it" in caplog.text and "backlog.eventsTopic" in caplog.text and SECRET not in caplog.text

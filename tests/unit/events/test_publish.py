@@ -4,6 +4,7 @@ producer is kept only after an acknowledged publish, and every failure closes it
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -93,3 +94,19 @@ def test_no_control_topic_publishes_nothing_and_makes_no_producer():
                             "backlog.enabled": "false"}).reader_config
     pool = ProducerPool(Producers())
     assert not publish(config, FINISH, pool) and pool.created == 0
+
+
+def test_a_write_an_acl_refuses_is_logged_with_the_control_topics_acls(caplog):
+    """The read goes on (a lost event costs attribution, never correctness), and the warning
+    says which ACL the control topic lacks."""
+    config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.sasl.username": "u",
+                            "kafka.sasl.password": "s3cret"}).reader_config
+    # KafkaError itself cannot be an outcome: FakeProducer compares it with "lost", which raises
+    # TypeError; an object with KafkaError's two methods that publish() reads stands in.
+    denied = FakeProducer([SimpleNamespace(code=lambda: KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                           str=lambda: "Broker: Topic authorization failed")])
+    with caplog.at_level(logging.WARNING):
+        assert not publish(config, FINISH, ProducerPool(Producers(denied)))
+    assert "authorization refused for topic '_backlog_events', the control topic (option 'backlog.eventsTopic')" \
+        in caplog.text
+    assert "allow principal User:u WRITE on it" in caplog.text and "s3cret" not in caplog.text
