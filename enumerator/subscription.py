@@ -26,6 +26,8 @@ class Covered:
 
     topics: dict[str, TopicIdentity]
     buckets: frozenset[Bucket]
+    #: Topics ``subscribe`` or ``assign`` names that do not exist (never for a pattern).
+    missing: tuple[str, ...] = ()
 
     @property
     def topic_ids(self) -> dict[str, str]:
@@ -33,11 +35,16 @@ class Covered:
 
 
 class Subscription:
-    """The buckets the subscription covers now. Not thread-safe (Spark calls serially)."""
+    """The buckets the subscription covers now. Not thread-safe (Spark calls serially).
 
-    def __init__(self, settings: SourceSettings, client: OffsetsClient) -> None:
+    ``wait_for_topics``: True for a stream, which logs a subscribed topic that does not exist
+    yet and reads it once it appears; False for a batch read, which leaves the missing topics
+    to its caller (:attr:`Covered.missing`) and logs nothing."""
+
+    def __init__(self, settings: SourceSettings, client: OffsetsClient, *, wait_for_topics: bool = True) -> None:
         self._settings = settings
         self._client = client
+        self._wait_for_topics = wait_for_topics
         self._pattern = re.compile(settings.subscribe_pattern) if settings.subscribe_pattern else None
         self._warned: set[tuple[str, ...]] = set()
 
@@ -48,22 +55,24 @@ class Subscription:
     def covered(self) -> Covered:
         """Every topic and bucket the query reads now.
 
-        ``subscribe``: subscribed topics that do not exist yet are logged once and read once
-        they appear, as in Spark. ``subscribePattern``: every topic whose name the pattern
+        ``subscribe``: subscribed topics that do not exist yet are in :attr:`Covered.missing`;
+        a stream logs them once and reads them once they appear. ``subscribePattern``: every topic whose name the pattern
         matches *anywhere* (Python's ``re.search``, as Spark's ``findFirstIn``; anchor it
         with ``^...$`` for whole names, as Kafka's own consumer matches), never one of Kafka's
         internal topics (by the broker's flag: a user topic named ``__...`` is selected, as
         Spark selects it) nor the control topic. ``assign``: the assigned partitions
         of topics that exist."""
         settings = self._settings
+        missing: tuple[str, ...] = ()
         if settings.assign is not None:
-            topics = self._client.describe_topics({b.topic for b in settings.assign})
+            assigned = {b.topic for b in settings.assign}
+            topics = self._client.describe_topics(assigned)
             buckets = {b for b in settings.assign if b.topic in topics and b.partition < topics[b.topic].partitions}
-            return Covered(topics, frozenset(buckets))
+            return Covered(topics, frozenset(buckets), tuple(sorted(assigned - set(topics))))
         if settings.subscribe is not None:
             topics = self._client.describe_topics(settings.subscribe)
             missing = tuple(sorted(set(settings.subscribe) - set(topics)))
-            if missing and missing not in self._warned:
+            if missing and self._wait_for_topics and missing not in self._warned:
                 self._warned.add(missing)
                 log.warning("subscribed topic(s) %s do not exist yet; the query reads them once they appear",
                             ", ".join(missing))
@@ -74,7 +83,7 @@ class Subscription:
             topics = {name: identity for name, identity in self._client.describe_topics(matched).items()
                       if not identity.internal}
         buckets = {Bucket(topic, p) for topic, identity in topics.items() for p in range(identity.partitions)}
-        return Covered(topics, frozenset(buckets))
+        return Covered(topics, frozenset(buckets), missing)
 
     def check_assigned_exist(self) -> None:
         """For ``assign``: raise :class:`ConfigError` naming partitions that do not exist."""

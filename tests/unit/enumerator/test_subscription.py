@@ -33,6 +33,19 @@ def test_a_subscribed_topic_that_does_not_exist_yet_is_logged_once_and_read_once
     assert {b for b in sub.buckets() if b.topic == "later"} == {Bucket("later", p) for p in range(3)}
 
 
+def test_without_waiting_for_topics_the_missing_ones_are_named_and_nothing_is_logged(caplog):
+    # A batch read fails on them (enumerator/batch_range.py); a stream waits for them.
+    client = FakeOffsetsClient({"a": [(0, 0)]})
+    with caplog.at_level(logging.WARNING):
+        covered = Subscription(parse_options({**BASE, "subscribe": "a,later,gone"}), client,
+                               wait_for_topics=False).covered()
+        assigned = Subscription(parse_options({**BASE, "assign": '{"a": [0], "gone": [1]}'}), client,
+                                wait_for_topics=False).covered()
+    assert covered.missing == ("gone", "later") and covered.buckets == {Bucket("a", 0)}
+    assert assigned.missing == ("gone",) and assigned.buckets == {Bucket("a", 0)}
+    assert caplog.text == ""
+
+
 def test_a_pattern_matches_anywhere_in_a_name_as_sparks_find_first_in_does_and_never_the_control_topic():
     client = FakeOffsetsClient({"orders": [(0, 0)], "orders-eu": [(0, 0)], "my-orders": [(0, 0)], "clicks": [(0, 0)],
                                 "_backlog_events": [(0, 0)], "__consumer_offsets": [(0, 0)]})
