@@ -3,7 +3,7 @@ import logging
 import pytest
 
 from backlog_source.core.data_loss import report_data_loss
-from backlog_source.core.errors import DataLossError
+from backlog_source.core.errors import ConfigError, DataLossError
 
 
 def test_failing_raises_what_was_lost_and_how_to_continue(caplog):
@@ -25,3 +25,9 @@ def test_continuing_warns_on_one_logger_and_returns(caplog):
     [record] = caplog.records
     assert record.name == "backlog_source.core.data_loss" and record.levelno == logging.WARNING
     assert record.getMessage() == "records 3..9 of t-0 are gone; failOnDataLoss=false, so the query will skip them"
+
+
+def test_records_that_never_existed_fail_with_the_class_the_caller_names():
+    # A batch read's range past the log end: not lost, asked for wrongly.
+    with pytest.raises(ConfigError, match="^records 50..59 do not exist. Use -1, or set failOnDataLoss=false"):
+        report_data_loss(True, "records 50..59 do not exist", instead="read to 50", first_try="use -1", error=ConfigError)
