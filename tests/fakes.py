@@ -328,12 +328,14 @@ class FakeProducer:
 
 class FakeQuery:
     """A ``StreamingQuery``: ``stop()`` reports the run's termination on the listener bus,
-    as Spark does; ``lastProgress`` is what a test last emitted for it."""
+    as Spark does; ``lastProgress`` is what a test last emitted for it; ``name`` the
+    writer's ``queryName`` (None without one)."""
 
     _runs = iter(range(1_000_000))
 
-    def __init__(self, spark: "FakeSpark", interval_ms: int) -> None:
+    def __init__(self, spark: "FakeSpark", interval_ms: int, name: str | None = None) -> None:
         self.id, self.runId = "query-1", f"run-{next(self._runs)}"
+        self.name = name
         self.interval_ms = interval_ms
         self.spark = spark
         self.stopped = False
@@ -381,6 +383,11 @@ class FakeWriter:
         self._spark = FakeSpark()
         self.started: list[FakeQuery] = []
         self._interval_ms: int | None = None
+        self._name: str | None = None
+
+    def queryName(self, queryName: str) -> "FakeWriter":
+        self._name = queryName
+        return self
 
     def trigger(self, *, processingTime: str | None = None, once=None, continuous=None, availableNow=None,
                 realTime=None) -> "FakeWriter":
@@ -389,7 +396,7 @@ class FakeWriter:
         return self
 
     def start(self, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **options) -> FakeQuery:
-        query = FakeQuery(self._spark, self._interval_ms)
+        query = FakeQuery(self._spark, self._interval_ms, queryName or self._name)
         self.started.append(query)
         return query
 
@@ -642,10 +649,11 @@ class FakeConnectWriter(FakeWriter):
         self._session = session or FakeConnectSession()
         self.started: list[FakeQuery] = []
         self._interval_ms: int | None = None
+        self._name: str | None = None
         self._starts = threading.Condition()
 
     def start(self, path=None, format=None, outputMode=None, partitionBy=None, queryName=None, **options) -> FakeQuery:
-        query = FakeConnectQuery(self._session, self._interval_ms)
+        query = FakeConnectQuery(self._session, self._interval_ms, queryName or self._name)
         with self._starts:
             self.started.append(query)
             self._starts.notify_all()

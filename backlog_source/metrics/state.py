@@ -21,6 +21,11 @@ restarted on its checkpoint replays its last batch) adds nothing. A query is kno
 id, which its checkpoint keeps: when a run terminates its series stop, and a new run of the
 same query (a restart-method switch, whose old run's termination may arrive before or after
 the switch is reported, or a restart by the user) continues them, counters included.
+
+A series keeps its attributes from its first export to its last (to a metrics backend,
+other attributes are another series). So every report that can make a query live (a batch
+committed, a mode switch adopting the query or switching it) names the query as well as
+identifying it: a mode switch knows the name from the query's start, before any batch.
 """
 
 from __future__ import annotations
@@ -92,24 +97,25 @@ class BacklogMetrics:
                   reports: tuple[SourceReport, ...], run_id: str | None = None) -> None:
         """A batch of ``query_id`` (run ``run_id``) committed with these backlog sources."""
         with self._lock:
-            query = self._live(query_id)
+            query = self._live(query_id, query_name)
             query.run_id = run_id or query.run_id
-            query.name = query_name or None
             count = batch_id > query.last_batch_id
             query.last_batch_id = max(query.last_batch_id, batch_id)
             for report in reports:
                 _update(query.sources.setdefault(report.end.source_id, _Source()), report, count)
 
-    def adopted(self, query_id: str, mode: str) -> None:
-        """A mode switch follows ``query_id``, which runs in ``mode`` now (no switch counted)."""
+    def adopted(self, query_id: str, query_name: str | None, mode: str) -> None:
+        """A mode switch follows ``query_id`` (named ``query_name``, None if it has none),
+        which runs in ``mode`` now (no switch counted). Called when the query starts, before
+        its first batch: its mode series carry the name from their first export."""
         with self._lock:
-            self._live(query_id).mode = mode
+            self._live(query_id, query_name).mode = mode
 
-    def switched(self, query_id: str, mode: str, run_id: str | None = None) -> None:
+    def switched(self, query_id: str, query_name: str | None, mode: str, run_id: str | None = None) -> None:
         """``query_id``'s trigger was switched to ``mode``; ``run_id``: the run a restart
         switch started (the stopped run's termination, arriving after, then ends nothing)."""
         with self._lock:
-            query = self._live(query_id)
+            query = self._live(query_id, query_name)
             query.run_id = run_id or query.run_id
             query.mode = mode
             query.switches[mode] = query.switches.get(mode, 0) + 1
@@ -132,9 +138,10 @@ class BacklogMetrics:
             for forgotten in ended[:-MAX_ENDED]:
                 del self._queries[forgotten]
 
-    def _live(self, query_id: str) -> _Query:  # with self._lock held
+    def _live(self, query_id: str, query_name: str | None) -> _Query:  # with self._lock held
         query = self._queries.setdefault(query_id, _Query())
         query.ended = False
+        query.name = query_name or None
         return query
 
     # -- read by the exporter ---------------------------------------------------------

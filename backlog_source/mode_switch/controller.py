@@ -170,7 +170,7 @@ class ModeController:
             self.stop_query()
             raise
         if self._metrics is not None:
-            self._metrics.adopted(self._query_id, self._mode)
+            self._metrics.adopted(self._query_id, query.name, self._mode)
         log.info("started in %s mode (trigger %s); mode switches are %s: %s", self._mode.value,
                  self._intervals[self._mode], self._switcher.method.value, reason)
 
@@ -273,7 +273,7 @@ class ModeController:
             self._mode = target
             self._transitions.append(transition)
         if self._metrics is not None:
-            self._metrics.switched(self._query_id, target, str(switched.query.runId))
+            self._metrics.switched(self._query_id, switched.query.name, target, str(switched.query.runId))
         self._end_pending_effect(SwitchEndedBy.STOP, applied)  # a switch before the last took effect
         self._pending_effect = (PendingSwitch(int(applied * 1000), span), transition)
         log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,

@@ -227,7 +227,7 @@ class SessionModeSwitch:
             restart_seconds=restart_seconds, query_id=query_id, run_id=message.run_id)
         self._switch_spans[query_id] = PendingSwitch(int(applied * 1000), span)
         if self._metrics is not None:
-            self._metrics.switched(query_id, wanted, run_id)
+            self._metrics.switched(query_id, message.query_name, wanted, run_id)
         log.info("install(): query %s switched %s to %s (%d ms trigger) after batch %d", query_id,
                  adopted.method.value, wanted.value, adopted.intervals_ms[wanted], message.batch_id)
 
@@ -269,7 +269,7 @@ class SessionModeSwitch:
         with self._lock:
             self._adopted[query_id] = adopted
         if self._metrics is not None:
-            self._metrics.adopted(query_id, adopted.mode)
+            self._metrics.adopted(query_id, message.query_name, adopted.mode)
         log.info("install(): query %s (trigger %d ms) now switches %s with its backlog", query_id, held_ms,
                  method.value)
         return adopted

@@ -46,14 +46,18 @@ class SessionMetrics:
         elif isinstance(message, QueryTerminated):
             self.metrics.terminated(message.query_id, message.run_id)
 
-    def adopted(self, query_id: str | None, mode: Mode) -> None:
+    def adopted(self, query_id: str | None, query_name: str | None, mode: Mode) -> None:
+        """A mode switch follows the query, which runs in ``mode``. ``query_name``: the
+        query's name (``StreamingQuery.name``; None if it has none), known from its start:
+        the mode series carry it from their first export, not only after the first batch."""
         if query_id:
-            self.metrics.adopted(query_id, mode.value)
+            self.metrics.adopted(query_id, query_name, mode.value)
 
-    def switched(self, query_id: str | None, mode: Mode, run_id: str | None = None) -> None:
-        """``run_id``: the run now running (a restart switch's new run)."""
+    def switched(self, query_id: str | None, query_name: str | None, mode: Mode, run_id: str | None = None) -> None:
+        """The query was switched to ``mode``. ``run_id``: the run now running (a restart
+        switch's new run, which keeps the query's name)."""
         if query_id:
-            self.metrics.switched(query_id, mode.value, run_id)
+            self.metrics.switched(query_id, query_name, mode.value, run_id)
 
 
 def session_metrics(spark: Any, *, session_listener: SessionListener | None = None) -> SessionMetrics | None:

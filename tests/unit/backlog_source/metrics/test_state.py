@@ -81,11 +81,11 @@ def test_mode_and_switches_once_a_switch_follows_the_query():
     m = metrics()
     m.committed("q", None, 0, (catch_up_batch(),))
     assert m.observe(names.MODE) == [] and m.observe(names.MODE_SWITCHES) == []
-    m.adopted("q", "high-throughput")
+    m.adopted("q", None, "high-throughput")
     assert values(m, names.MODE) == {(None, None, "high-throughput"): 1.0, (None, None, "low-latency"): 0.0}
-    m.switched("q", "low-latency")
-    m.switched("q", "high-throughput")
-    m.switched("q", "low-latency")
+    m.switched("q", None, "low-latency")
+    m.switched("q", None, "high-throughput")
+    m.switched("q", None, "low-latency")
     assert values(m, names.MODE) == {(None, None, "high-throughput"): 0.0, (None, None, "low-latency"): 1.0}
     assert values(m, names.MODE_SWITCHES) == {(None, None, "high-throughput"): 1.0, (None, None, "low-latency"): 2.0}
 
@@ -103,13 +103,13 @@ def test_a_restart_switch_continues_the_querys_series_whichever_event_comes_firs
     for terminated_first in (True, False):
         m = metrics()
         m.committed("q", None, 3, (catch_up_batch(),))
-        m.adopted("q", "high-throughput")
+        m.adopted("q", None, "high-throughput")
         if terminated_first:
             m.terminated("q")  # the old run's termination, then the switch is reported
             assert m.observe(names.RECORDS_IN) == []
-            m.switched("q", "low-latency")
+            m.switched("q", None, "low-latency")
         else:
-            m.switched("q", "low-latency")
+            m.switched("q", None, "low-latency")
             m.terminated("q")
             m.committed("q", None, 3, (catch_up_batch(),))  # the new run replays the last batch
         m.committed("q", None, 4, (catch_up_batch(),))
@@ -123,7 +123,7 @@ def test_a_restart_switch_reported_before_the_stopped_runs_termination_keeps_the
     new run): the query must not vanish from the metrics until its new run commits a batch."""
     m = metrics()
     m.committed("q", None, 3, (catch_up_batch(),), "run-1")
-    m.switched("q", "low-latency", "run-2")
+    m.switched("q", None, "low-latency", "run-2")
     m.terminated("q", "run-1")
     assert values(m, names.MODE_SWITCHES) == {(None, None, "low-latency"): 1.0}
     assert values(m, names.RECORDS_IN) == {(None, None, None): 200.0}
@@ -141,3 +141,19 @@ def test_only_the_most_recently_ended_queries_are_remembered():
     m.committed("q0", None, 1, (catch_up_batch(),))  # forgotten: starts again
     m.committed(f"q{MAX_ENDED + 4}", None, 1, (catch_up_batch(),))  # remembered: continues
     assert {a[names.QUERY_ID]: v for v, a in m.observe(names.RECORDS_IN)} == {"q0": 200.0, f"q{MAX_ENDED + 4}": 400.0}
+
+
+def test_a_query_is_named_by_each_report_that_makes_it_live_from_its_start():
+    """A mode switch adopts a query at its start, before any batch: the mode series carry
+    the name from their first export, and every series after (a restart switch's new run
+    included)."""
+    m = metrics()
+    m.adopted("q", "orders-job", "high-throughput")
+    assert {attrs.get(names.QUERY_NAME) for _, attrs in m.observe(names.MODE)} == {"orders-job"}
+    m.committed("q", "orders-job", 0, (catch_up_batch(),), "run-1")
+    m.switched("q", "orders-job", "low-latency", "run-2")
+    m.terminated("q", "run-1")
+    m.committed("q", "orders-job", 1, (catch_up_batch(),), "run-2")
+    observed = {instrument: [attrs for _, attrs in m.observe(instrument)] for instrument in names.ALL}
+    assert all(observed.values())  # every metric has series
+    assert {attrs.get(names.QUERY_NAME) for found in observed.values() for attrs in found} == {"orders-job"}

@@ -118,10 +118,10 @@ def test_the_session_metrics_hear_each_adopted_mode_and_switch():
         def __init__(self):
             self.calls = []
 
-        def adopted(self, query_id, mode):
+        def adopted(self, query_id, query_name, mode):
             self.calls.append(("adopted", query_id, mode))
 
-        def switched(self, query_id, mode, run_id=None):
+        def switched(self, query_id, query_name, mode, run_id=None):
             self.calls.append(("switched", query_id, mode))
 
     spark, metrics = FakeSpark(), Metrics()
