@@ -42,13 +42,41 @@ def batch_reads(settings: SourceSettings, client: OffsetsClient) -> BatchReads:
     start = _starting(settings, client, buckets, earliest)
     end = _ending(settings, client, buckets, latest)
     backwards = sorted(b for b in buckets if start[b] > end[b])
-    if backwards:
+    if backwards and _spark_cuts_ranges(settings, start, end):
+        # KafkaOffsetRangeCalculator.getRanges drops a range whose size is not positive.
+        end.update({b: start[b] for b in backwards})
+    elif backwards:
         # KafkaSourceRDD.compute asserts the same, under either failOnDataLoss.
         described = ", ".join(f"{b} (start {start[b]}, end {end[b]})" for b in backwards)
         raise ConfigError(f"the batch read starts after it ends for {described}: check 'startingOffsets' "
                           "and 'endingOffsets' (or their timestamp forms)")
     start, end = _within_the_log(settings, start, end, earliest, latest)
     return BatchReads("", start, end)
+
+
+def _spark_cuts_ranges(settings: SourceSettings, start: Mapping[Bucket, int], end: Mapping[Bucket, int]) -> bool:
+    """Whether Spark's batch read would cut its ranges when it plans them
+    (``KafkaOffsetReaderAdmin.shouldDivvyUpLargePartitions``: ``minPartitions`` above the
+    number of partitions, or a range larger than ``maxRecordsPerPartition``). Then it resolves
+    them first and ``KafkaOffsetRangeCalculator.getRanges`` drops those that start after they
+    end, which read nothing; otherwise such a range fails the read in
+    ``KafkaSourceRDD.compute``. Spark measures a range on its unresolved offsets: -2 for a
+    start at the earliest offset, -1 for an end at the latest (timestamps are resolved)."""
+    if settings.min_partitions is not None and settings.min_partitions > len(start):
+        return True
+    if settings.max_records_per_partition is None:
+        return False
+    starting, ending = settings.starting_offsets, settings.ending_offsets
+    by_timestamp = (settings.starting_timestamp is not None or settings.starting_offsets_by_timestamp is not None,
+                    settings.ending_timestamp is not None or settings.ending_offsets_by_timestamp is not None)
+
+    def unresolved(bucket: Bucket) -> tuple[int, int]:
+        first = start[bucket] if by_timestamp[0] or (isinstance(starting, dict) and starting[bucket] != EARLIEST) \
+            else EARLIEST
+        until = end[bucket] if by_timestamp[1] or (isinstance(ending, dict) and ending[bucket] != LATEST) else LATEST
+        return first, until
+
+    return any(until - first > settings.max_records_per_partition for first, until in map(unresolved, start))
 
 
 def _buckets(settings: SourceSettings, client: OffsetsClient) -> set[Bucket]:

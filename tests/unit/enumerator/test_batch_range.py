@@ -141,3 +141,21 @@ def test_an_empty_range_is_not_compared_with_the_log():
     # KafkaSourceRDD.compute skips a range whose start is its end before it reads anything.
     got = reads(cluster(), startingOffsets='{"a": {"0": 5, "1": 70}}', endingOffsets='{"a": {"0": 5, "1": 70}}')
     assert all(got.start[b] == got.end[b] for b in (A0, A1))
+
+
+@pytest.mark.parametrize("options", [
+    {"minPartitions": "3"},  # more than the topic's 2 partitions
+    {"maxRecordsPerPartition": "5", "startingOffsets": '{"a": {"0": 120, "1": -2}}',
+     "endingOffsets": '{"a": {"0": -1, "1": 40}}'},  # a-1's unresolved range, -2 to 40, is larger than 5
+])
+def test_a_range_that_starts_after_it_ends_reads_nothing_where_spark_cuts_the_ranges(options):
+    # KafkaOffsetReaderAdmin.shouldDivvyUpLargePartitions: Spark resolves the ranges to cut them,
+    # and KafkaOffsetRangeCalculator.getRanges drops a range of negative size.
+    got = reads(cluster(), **{"startingOffsets": '{"a": {"0": 120, "1": 0}}', **options})
+    assert got.start[A0] == got.end[A0] and got.start[A1] == 0 and got.end[A1] in (40, 50)
+
+
+def test_a_range_that_starts_after_it_ends_fails_where_spark_does_not_cut_the_ranges():
+    # The unresolved ranges (120 to -1, -2 to -1) are not larger than 5: no cut.
+    with pytest.raises(ConfigError, match="starts after it ends for a-0 \\(start 120, end 100\\)"):
+        reads(cluster(), startingOffsets='{"a": {"0": 120, "1": -2}}', maxRecordsPerPartition="5", minPartitions="2")
