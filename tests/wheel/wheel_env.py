@@ -21,12 +21,30 @@ import sys
 import tempfile
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, which the project supports: the same parser, from PyPI
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = ROOT / ".venv-wheel"
 STAMP = ENV / ".built-from"
 SMOKE = Path(__file__).with_name("smoke.py")
+
+
+def source_folders() -> tuple[str, ...]:
+    """The folders the wheel is built from, read from the build's own mapping: the top
+    package's folder and every folder ``[tool.setuptools.package-dir]`` maps into it. A
+    folder added there is digested without anyone remembering this file (core/ and split/
+    were missing from a hand-kept list, so changes there reused a stale environment)."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = setuptools.get("package-dir", {})
+    tops = {name.split(".")[0] for name in setuptools["packages"]}
+    return tuple(sorted(tops | {mapped[name] for name in mapped}))
+
+
 #: The folders the wheel is built from (pyproject.toml maps them into one namespace).
-SOURCE_FOLDERS = ("backlog_source", "events", "enumerator", "reader")
+SOURCE_FOLDERS = source_folders()
 
 
 def python() -> Path:
