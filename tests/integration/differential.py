@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
 from tests.integration.helpers import wait_for
@@ -185,6 +186,14 @@ def fill_counts(bootstrap: str, topic: str, counts: list[int], headers=None) -> 
             producer.produce(topic, partition=p, key=f"k{n}".encode(), value=None if n % 7 == 3 else f"{p}-{n}".encode(),
                              headers=headers, timestamp=BASE_TS + n * 1000)
     assert producer.flush(30) == 0
+
+
+def delete_records_before(broker, topic: str, offsets: dict[int, int]) -> None:
+    """Kafka's DeleteRecords: partition ``p`` of ``topic`` keeps its records from ``offsets[p]``."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    futures = admin.delete_records([TopicPartition(topic, p, o) for p, o in offsets.items()])
+    for future in futures.values():
+        future.result(30)
 
 
 def both(spark, broker, options):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from backlog_source.demo.topics import create_topic, delete_topic, produce
-from tests.integration.differential import SourceFailed, outcome, run_to_end, start
+from tests.integration.differential import SourceFailed, delete_records_before, outcome, run_to_end, start
 from tests.integration.helpers import log_end_offsets, make_topic, reader, wait_for
 
 pytestmark = pytest.mark.integration
@@ -133,13 +133,6 @@ def test_partitions_added_to_a_live_topic_are_read_from_their_earliest_offset(sp
     finally:
         for query, _ in queries.values():
             query.stop()
-
-
-def delete_records_before(broker, topic: str, offsets: dict[int, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    futures = admin.delete_records([TopicPartition(topic, p, o) for p, o in offsets.items()])
-    for future in futures.values():
-        future.result(30)
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])

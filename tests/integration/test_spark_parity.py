@@ -244,6 +244,43 @@ def test_the_subscription_problem_is_reported_before_missing_servers(spark):
     assert "kafka.bootstrap.servers" not in message.split("\n")[0]
 
 
+def first_problem(spark, source: str, kind: str, options: dict, tmp_path) -> str:
+    """What a read of ``source`` with ``options`` fails with, where Spark raises it: at
+    ``load()``, when the query starts, or (a batch) when it is collected."""
+    with pytest.raises((AnalysisException, PySparkException, StreamingQueryException)) as raised:
+        reading = spark.readStream if kind == "stream" else spark.read
+        df = reading.format(source).options(**options).load()
+        if kind == "batch":
+            df.collect()
+        else:
+            query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / source))
+                     .trigger(availableNow=True).start())
+            try:
+                query.awaitTermination(120)
+            finally:
+                query.stop()
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("kind, options, spark_says, ours", [
+    ("stream", {"endingOffsets": "latest"}, "ending offset not valid in streaming queries",
+     "option 'endingOffsets' is for batch queries only"),
+    ("batch", {"endingOffsets": "latest"}, "One of the following options must be specified",
+     "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set"),
+    ("batch", {"startingOffsets": "latest"}, "starting offset can't be latest for batch queries",
+     "option 'startingOffsets' can't be 'latest' for a batch read"),
+])
+def test_a_problem_a_stream_and_a_batch_read_order_differently_is_reported_as_spark_reports_it(
+        spark, broker, tmp_path, kind, options, spark_says, ours):
+    """`KafkaSourceProvider.validateStreamOptions` refuses the ending options, and
+    `validateBatchOptions` checks the starting and ending options, before
+    `validateGeneralOptions` looks for a subscription: with both problems, each kind of read
+    is told the first one of its kind (issue 46, item 5)."""
+    options = {"kafka.bootstrap.servers": broker.bootstrap_servers, **options}  # and no subscription
+    assert spark_says in first_problem(spark, "kafka", kind, options, tmp_path)
+    assert ours in first_problem(spark, "backlog", kind, options, tmp_path)
+
+
 def test_option_names_are_case_insensitive(spark, broker, topic_name, tmp_path):
     """KafkaMicroBatchSourceSuite, "get offsets from case insensitive parameters"."""
     records = make_topic(broker, topic_name, 1, per_partition=4)
