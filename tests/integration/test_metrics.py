@@ -1,12 +1,15 @@
 """The backlog as OpenTelemetry metrics, on classic PySpark with Apache Kafka: a known
 backlog read by a real query arrives at an in-process OTLP receiver with the values the
-batch left (names, units, attributes, values)."""
+batch left (names, units, attributes, values), and each series keeps its attributes from
+the query's start to its end."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from backlog_source import disable_metrics, enable_metrics
+from backlog_source import disable_metrics, enable_metrics, start_backlog_aware
 from backlog_source.metrics import names
 from backlog_source.mode_switch.session_metrics import session_metrics
 from tests.integration.helpers import make_topic, reader, wait_for
@@ -56,3 +59,56 @@ def test_a_known_backlog_after_one_batch(spark, broker, topic_name, tmp_path, ot
     assert value(names.CATCH_UP_BATCHES)["value"] == 1
     assert value(names.BACKLOG_DURATION)["value"] > 0
     assert not [p for p in points if p["name"] == names.MODE.name]  # no mode switch follows this query
+
+
+def test_a_named_querys_series_carry_its_name_from_its_start(spark, broker, topic_name, tmp_path, otel_env,
+                                                               receiver):
+    """The mode series of a ``start_backlog_aware`` query are exported from its start: an
+    export before its first batch commits (held in the sink) and every export after carry
+    the name, so a metrics backend sees one series per attribute set, not two."""
+    otel_env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{receiver.endpoint}/v1/metrics")
+    make_topic(broker, topic_name, 2, per_partition=100)
+    release = threading.Event()  # the first batch commits only once the first export was read
+
+    def write(batch, batch_id):
+        release.wait(120)
+        batch.count()
+
+    writer = (reader(spark, broker, subscribe=topic_name, startingOffsets="earliest").writeStream
+              .foreachBatch(write).queryName("metrics_named_from_start")
+              .option("checkpointLocation", str(tmp_path / "ckpt")))
+    handle = start_backlog_aware(writer, "0 seconds", "1 hour")
+    metrics = session_metrics(spark)
+    query_id = str(handle.query.id)
+    try:
+        assert metrics.export.flush()
+        before = receiver.wait_for_points(lambda p: any(x["name"] == names.MODE.name for x in p), 30)
+        assert handle.query.lastProgress is None  # nothing committed yet: these came before the first batch
+        release.set()
+
+        def caught_up() -> bool:
+            if handle.query.exception() is not None:
+                raise AssertionError(f"query failed: {handle.query.exception()}")
+            return handle.mode == "low-latency" and bool(metrics.metrics.observe(names.RECORDS_IN))
+
+        wait_for(caught_up, 120, "the first batch and the switch to low-latency")
+        assert metrics.export.flush()
+        points = receiver.wait_for_points(lambda p: any(x["name"] == names.MODE_SWITCHES.name for x in p), 30)
+    finally:
+        release.set()
+        handle.stop()
+        disable_metrics(spark)
+
+    ours = [p for p in points if p["attributes"].get(names.QUERY_ID) == query_id]
+    assert {p["name"] for p in ours} >= {names.MODE.name, names.MODE_SWITCHES.name, names.RECORDS_IN.name,
+                                         names.PENDING_RECORDS.name, names.PROCESSING_BACKLOG.name}
+    unnamed = [(p["name"], p["attributes"]) for p in ours
+               if p["attributes"].get(names.QUERY_NAME) != "metrics_named_from_start"]
+    assert unnamed == []
+
+    def mode_series(exported):
+        return {frozenset(p["attributes"].items()) for p in exported
+                if p["name"] == names.MODE.name and p["attributes"].get(names.QUERY_ID) == query_id}
+
+    assert len(mode_series(before)) == 2  # one per backlog.mode
+    assert mode_series(points) == mode_series(before)
