@@ -4,6 +4,7 @@ runs which hook: :mod:`backlog_source.datasource`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from pyspark.sql.streaming.datasource import (
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
+from backlog_source.core.jvm_heap import HEAP_SHARE, driver_heap_bytes
 from backlog_source.core.settings import ReaderConfig, SourceSettings
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
@@ -30,6 +32,8 @@ from backlog_source.reader.worker_heap import prepare_once
 from backlog_source.split.batch_splits import plan_splits
 from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
 from backlog_source.split.planning import ReadBudget
+
+log = logging.getLogger(__name__)
 
 
 class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -53,6 +57,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             client = KafkaAdmin.from_settings(settings)
             control = ControlTopic(settings, client) if settings.backlog_enabled else None
             self._enumerator = Enumerator(settings, client, control)
+            if settings.backlog_max_bytes_per_trigger is None:
+                log.info("backlog.maxBytesPerTrigger is not set: catch-up batches read about %d MiB (1/%d of the "
+                         "driver's %s heap)", self._own_budget().backlog_max_bytes >> 20, HEAP_SHARE,
+                         _heap_text(driver_heap_bytes()))
         return self._enumerator
 
     def _driver_settings(self) -> SourceSettings:
@@ -69,7 +77,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark's Python API has no composite limit, and the limit must follow the backlog
         # state, which changes while the query runs. So the default limit is a marker that
         # means "the source's own options decide" (see _budget).
-        budget = ReadBudget.from_settings(self._driver_settings())
+        budget = self._own_budget()
         if budget.caps:
             return ReadMaxRows(max(budget.caps))
         if budget.min_records is not None:
@@ -98,12 +106,17 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark's Kafka source does there.
         """
         if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
-            return ReadBudget.from_settings(self._driver_settings())
+            return self._own_budget()
         if isinstance(limit, ReadMaxRows):
             return ReadBudget(max_records=limit.max_rows)
         if isinstance(limit, ReadMinRows):
             return ReadBudget(min_records=limit.min_rows)
         return ReadBudget()
+
+    def _own_budget(self) -> ReadBudget:
+        """The budget the source's options set; an unset ``backlog.maxBytesPerTrigger`` is
+        sized from the heap of the driver JVM this planner runs under (core/jvm_heap.py)."""
+        return ReadBudget.from_settings(self._driver_settings(), driver_heap_bytes())
 
     def reportLatestOffset(self) -> dict | None:
         latest = self.enumerator.report_latest()
@@ -137,3 +150,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, KafkaSplit):
             raise TypeError(f"expected a KafkaSplit or SnapshotSplit, got {type(partition).__name__}")
         return read_split(partition, self.reader_config)
+
+
+def _heap_text(heap: int | None) -> str:
+    return f"{heap / (1 << 30):.3g} GiB" if heap is not None else "unknown (Spark's default 1 GiB assumed)"

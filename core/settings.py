@@ -39,14 +39,6 @@ from backlog_source.core.text_enum import TextEnum
 #: Spark's per-partition sentinels in ``startingOffsets`` JSON.
 LATEST = -1
 EARLIEST = -2
-#: ``backlog.maxBytesPerTrigger`` when not set: half the largest catch-up batch that Spark's
-#: default driver (1 GiB heap) hands to a ``foreachBatch`` converting it to Arrow, so a user
-#: who sets nothing never gets a batch the driver cannot hold; and large enough that a batch's
-#: fixed cost is a small share of its time (the measurements: benchmarks/README.md parts 11
-#: and 12).
-DEFAULT_BACKLOG_MAX_BYTES = 256 << 20
-
-
 class StartingPoint(TextEnum):
     EARLIEST = "earliest"
     LATEST = "latest"
@@ -302,9 +294,9 @@ class SourceSettings:
     #: While processing backlog, a batch reads about this many bytes of keys, values and
     #: headers at most, planned per partition from the record sizes measured there
     #: (enumerator/record_sizes.py). On by default: a job restarted after downtime must not
-    #: plan one batch of its whole backlog, which no record count bounds in bytes.
-    backlog_max_bytes_per_trigger: int | None = option("backlog.maxBytesPerTrigger", _byte_size,
-                                                       DEFAULT_BACKLOG_MAX_BYTES)
+    #: plan one batch of its whole backlog, which no record count bounds in bytes. None here
+    #: means "not set": the planner then sizes it from the driver's heap (core/jvm_heap.py).
+    backlog_max_bytes_per_trigger: int | None = option("backlog.maxBytesPerTrigger", _byte_size)
     #: While processing backlog, size each batch so it takes about this long, from the
     #: throughput the query achieved on its previous batches (sink included). Off by default.
     backlog_target_batch_duration_ms: int | None = option("backlog.targetBatchDuration", _duration)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from backlog_source.core.buckets import Bucket
+from backlog_source.core.jvm_heap import default_catch_up_bytes
 from backlog_source.core.settings import SourceSettings
 from backlog_source.split.kafka_split import KafkaRange
 
@@ -38,14 +39,18 @@ class ReadBudget:
     backlog_target_ms: int | None = None
 
     @classmethod
-    def from_settings(cls, settings: SourceSettings) -> "ReadBudget":
+    def from_settings(cls, settings: SourceSettings, driver_heap: int | None = None) -> "ReadBudget":
         """The budget the source's own options set: ``maxOffsetsPerTrigger``,
         ``minOffsetsPerTrigger``, ``backlog.maxOffsetsPerTrigger``,
         ``backlog.maxBytesPerTrigger`` and ``backlog.targetBatchDuration``. The one place
-        that combines the read limits."""
+        that combines the read limits. ``backlog.maxBytesPerTrigger`` not set: a share of
+        ``driver_heap``, the driver's maximum heap in bytes (None: Spark's default driver),
+        as :func:`~backlog_source.core.jvm_heap.default_catch_up_bytes` sizes it."""
+        max_bytes = settings.backlog_max_bytes_per_trigger
+        if max_bytes is None:
+            max_bytes = default_catch_up_bytes(driver_heap)
         return cls(settings.max_offsets_per_trigger, settings.min_offsets_per_trigger,
-                   settings.backlog_max_offsets_per_trigger, settings.backlog_max_bytes_per_trigger,
-                   settings.backlog_target_batch_duration_ms)
+                   settings.backlog_max_offsets_per_trigger, max_bytes, settings.backlog_target_batch_duration_ms)
 
     @property
     def caps(self) -> list[int]:

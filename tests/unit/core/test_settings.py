@@ -189,9 +189,10 @@ def test_an_empty_subscription_is_named_before_missing_bootstrap_servers_as_in_s
         parse_options({option: value})
 
 
-def test_catch_up_budgets_parse_spark_byte_strings_and_durations_and_default_to_a_byte_bound():
+def test_catch_up_budgets_parse_spark_byte_strings_and_durations_and_unset_bytes_are_left_to_the_planner():
     base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a"}
-    assert parse_options(base).backlog_max_bytes_per_trigger == 256 << 20
+    # Unset: the planner sizes it from the driver's heap (tests/unit/split: ReadBudget.from_settings).
+    assert parse_options(base).backlog_max_bytes_per_trigger is None
     assert parse_options(base).backlog_target_batch_duration_ms is None
     chosen = parse_options({**base, "backlog.maxBytesPerTrigger": "1g", "backlog.targetBatchDuration": "30 seconds"})
     assert chosen.backlog_max_bytes_per_trigger == 1 << 30 and chosen.backlog_target_batch_duration_ms == 30_000

@@ -4,7 +4,8 @@ import pytest
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
-from backlog_source.core.settings import DEFAULT_BACKLOG_MAX_BYTES, parse_options
+from backlog_source.core.jvm_heap import default_catch_up_bytes
+from backlog_source.core.settings import parse_options
 from backlog_source.core.snapshot_manifest import Manifest, PartitionSnapshot
 from backlog_source.core.tracing import names
 from backlog_source.enumerator import state_codec as offset_codec
@@ -439,7 +440,9 @@ def test_by_default_a_restart_on_a_large_backlog_gets_bounded_batches_not_one_of
     end = enumerator.latest_offset(start, budget)
     assert end.plan.bounded_by is BoundedBy.BYTES
     read = sum(end.positions.values()) * 1_000
-    assert DEFAULT_BACKLOG_MAX_BYTES - 2 * 1_000 <= read <= DEFAULT_BACKLOG_MAX_BYTES + 2 * 1_000
+    default = default_catch_up_bytes(None)  # the test process runs under no JVM: Spark's default driver
+    assert default == 128 << 20
+    assert default - 2 * 1_000 <= read <= default + 2 * 1_000
 
 
 def test_nothing_measurable_plans_a_first_batch_as_if_every_record_were_kafkas_largest():

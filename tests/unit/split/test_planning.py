@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.split.kafka_split import KafkaRange
-from backlog_source.split.planning import byte_limit, plan_ranges, rate_limit
+from backlog_source.core.settings import parse_options
+from backlog_source.split.planning import ReadBudget, byte_limit, plan_ranges, rate_limit
 
 A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
 
@@ -122,3 +123,13 @@ def test_a_batch_never_reads_more_than_the_byte_budget_plus_one_record_per_parti
     assert all(0 <= read[b] <= latest[b] - start[b] for b in start)
     lagging = sum(1 for n in lags if n > 0)
     assert sum(read[b] * per_offset[b] for b in start) <= max_bytes + lagging * max(sizes) + 1e-6
+
+
+def test_an_unset_byte_budget_is_sized_from_the_drivers_heap_and_a_set_one_is_kept():
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a"}
+    unset = parse_options(base)
+    assert ReadBudget.from_settings(unset, driver_heap=1 << 30).backlog_max_bytes == 128 << 20
+    assert ReadBudget.from_settings(unset, driver_heap=4 << 30).backlog_max_bytes == 256 << 20
+    assert ReadBudget.from_settings(unset).backlog_max_bytes == 128 << 20  # unknown heap: Spark's default driver
+    chosen = parse_options({**base, "backlog.maxBytesPerTrigger": "1g"})
+    assert ReadBudget.from_settings(chosen, driver_heap=1 << 30).backlog_max_bytes == 1 << 30
