@@ -32,6 +32,7 @@ from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import KafkaUnavailableError
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole
+from backlog_source.core.kafka_refusals import Refusal, access_refused
 from backlog_source.core.settings import ReaderConfig
 from backlog_source.events.control_topic import ControlEvent, publish, publish_once
 from backlog_source.events.finish_event import BacklogFinishEvent
@@ -374,6 +375,12 @@ def _sort_out(consumer, messages: list[Message], progress: dict[Bucket, _Progres
             moved[bucket] = _handle_out_of_range(consumer, state.range, position, config)
         elif code in _UNKNOWN_TOPIC_CODES and _vanished(consumer, state.range, config):
             moved[bucket] = _handle_vanished(state.range, position, config)
+        elif code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            # DESCRIBE without READ: the driver planned the batch, the fetch is refused. Asked
+            # again, it failed as "no progress ... check kafka.bootstrap.servers" after
+            # kafkaConsumer.pollTimeoutMs.
+            raise access_refused(Refusal.TOPIC_AUTHORIZATION, config.kafka, error.str(), topic=bucket.topic,
+                                 operation="READ")
         elif error.fatal():
             raise KafkaUnavailableError(
                 f"reading {bucket} [{state.range.start}, {state.range.end}) failed at offset {position}: "

@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.errors import DataLossError, KafkaUnavailableError, MalformedRecordError
+from backlog_source.core.kafka_refusals import AccessRefusedError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing import exporter
@@ -159,6 +160,20 @@ def test_fatal_error_fails_the_read():
     consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError._FATAL, fatal=True))]])
     with pytest.raises(KafkaUnavailableError, match="failed at offset 0"):
         read(split(("t", 0, 0, 3)), consumer)
+
+
+def test_a_fetch_an_acl_refuses_fails_at_once_naming_the_topic_and_the_acl():
+    """DESCRIBE without READ: the driver plans the batch, the fetch is refused. Retried, it
+    failed after kafkaConsumer.pollTimeoutMs as "no progress ... check kafka.bootstrap.servers"."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.sasl.username": "ingest",
+                              "kafka.sasl.password": "s3cret"}).reader_config
+    consumer = FakeConsumer([[Msg(-1001, error=Err(KafkaError.TOPIC_AUTHORIZATION_FAILED))]])
+    with pytest.raises(AccessRefusedError) as raised:
+        read(split(("t", 0, 0, 3)), consumer, settings)
+    assert str(raised.value).startswith("authorization refused for topic 't': Kafka at h:1 does not allow principal "
+                                        "User:ingest READ on it (Broker: Topic authorization failed). Grant principal "
+                                        "User:ingest DESCRIBE and READ on topic 't'")
+    assert consumer.closed
 
 
 def test_columns_follow_sparks_kafka_source():
