@@ -21,6 +21,14 @@ A second test runs the client in mode ``exit-without-session-stop``: one handle,
 low latency, and the program returns without ``spark.stop()``. The session's listener stays
 registered, so Connect's event thread lives on; it must not keep the program from exiting
 (it is a daemon because the listener is registered from a daemon thread).
+
+A third runs it in mode ``install-stop-at-switch`` (issue 46, item 2): ``install(spark, ...,
+allow_restart=True)`` and a plain ``start()``, stopped at the start of the restart switch
+that follows its backlog, ``INSTALL_ROUNDS`` times in a row: the user's
+``spark.streams.get(id).stop()`` then ``installation.uninstall()``, or the other way round;
+either as the deciding progress event reaches the client (0-0.2 s later, where the stop used
+to lose to the restart) or just as the switch's stop of the old run has returned. Each round
+is bounded; after each, no run of the query is active, and none is at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ STOP_BOUND_S = 60.0  # a restart-method switch in progress (settle, stop, start)
 POINT_WAIT_S = 180.0  # how long a round may wait for its stop point (a Connect restart takes seconds)
 POINTS = ("at-start", "mid-backlog", "right-after-switch", "low-latency")
 PARTITIONS, PER_PARTITION, PER_TRIGGER = 2, 4_000, 1_000  # 8 backlog batches per round
+INSTALL_ROUNDS = 6  # the four (point, order) pairs, two of them twice
+INSTALL_PER_PARTITION = 1_000  # 2 backlog batches, then the switch
+INSTALL_POINTS = ("at-decision", "between-runs")
+INSTALL_ORDERS = ("stop-first", "uninstall-first")
 
 
 def test_stop_returns_in_time_twenty_times_at_random_points_under_spark_connect(broker, topic_name, tmp_path,
@@ -86,6 +98,30 @@ def test_a_program_that_stops_its_handle_but_not_its_session_exits(broker, topic
     assert report["event_thread_daemon"] is True, report
 
 
+def test_a_users_stop_at_the_start_of_an_install_restart_switch_wins_every_time_under_spark_connect(
+        broker, topic_name, tmp_path, connect_server):  # noqa: F811
+    make_topic(broker, topic_name, PARTITIONS, per_partition=INSTALL_PER_PARTITION)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.reliability.test_connect_stop", connect_server, broker.bootstrap_servers,
+         topic_name, str(tmp_path), "46", "install-stop-at-switch"],
+        capture_output=True, text=True, timeout=INSTALL_ROUNDS * (POINT_WAIT_S + STOP_BOUND_S) + 300,
+        cwd=Path(__file__).parents[2])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
+    assert lines, f"exit {result.returncode}; stderr:\n{result.stderr[-6000:]}"
+    report = json.loads(lines[-1].removeprefix("REPORT "))
+    assert result.returncode == 0, f"{json.dumps(report, indent=1)}\nstderr:\n{result.stderr[-6000:]}"
+    rounds = report["rounds"]
+    assert len(rounds) == INSTALL_ROUNDS
+    for number, round_ in enumerate(rounds):
+        where = f"round {number} ({round_['point']}, {round_['order']}): {round_}"
+        assert round_["reached"], where
+        assert round_["error"] is None, where
+        assert round_["stopped_in_time"] and round_["active_after"] == [], where
+        assert round_["got"] is not None, where  # spark.streams.get(id) found the query to stop
+    assert {(r["point"], r["order"]) for r in rounds} == {(p, o) for p in INSTALL_POINTS for o in INSTALL_ORDERS}
+    assert report["active_at_end"] == [], report
+
+
 # -- the client (runs in the subprocess) -------------------------------------------------------
 
 
@@ -98,6 +134,9 @@ def main() -> None:
 
     url, bootstrap, topic, work, seed = sys.argv[1:6]
     mode = sys.argv[6] if len(sys.argv) > 6 else "rounds"
+    if mode == "install-stop-at-switch":
+        install_rounds(url, bootstrap, topic, work, int(seed))
+        return
     from backlog_source import BacklogDataSource, start_backlog_aware
     from backlog_source.demo.traffic import LiveProducer
     from backlog_source.mode_switch.session_listener import SessionListener
@@ -207,6 +246,122 @@ def main() -> None:
     print("REPORT " + json.dumps(report), flush=True)
     sys.stdout.flush()
     os._exit(0 if report["session_stopped_in_time"] else 3)  # a stuck non-daemon thread must not keep us
+
+
+def install_rounds(url: str, bootstrap: str, topic: str, work: str, seed: int) -> None:
+    """The client of the third test: ``INSTALL_ROUNDS`` rounds of install, start, stop at the
+    switch, uninstall (see the module docstring); prints one ``REPORT`` line."""
+    import faulthandler
+    import os
+    import random
+    import threading
+    import time
+
+    from backlog_source import BacklogDataSource, install
+    from backlog_source.mode_switch.connect_starts import ConnectStarts
+    from backlog_source.mode_switch.listener import BatchCommitted
+    from backlog_source.mode_switch.session_listener import SessionListener
+    from tests.reliability.connect_client import connect_session
+
+    spark = connect_session(url)
+    spark.dataSource.register(BacklogDataSource)
+    rng = random.Random(seed)
+    report: dict = {"session": type(spark).__module__, "rounds": []}
+
+    class Moments:
+        """When each query's backlog is done (its deciding progress event reaches the client, as
+        it reaches the installation), and when a switch's stop of the old run has returned."""
+
+        def __init__(self):
+            self.changed = threading.Condition()
+            self.done: set[str] = set()
+            self.between: set[str] = set()
+
+        def receive(self, message):  # the Connect event thread: never blocks
+            if isinstance(message, BatchCommitted) and not message.processing_backlog:
+                with self.changed:
+                    self.done.add(message.query_id)
+                    self.changed.notify_all()
+
+        def wait(self, found, query_id) -> bool:
+            with self.changed:
+                return self.changed.wait_for(lambda: query_id in found, POINT_WAIT_S)
+
+    moments = Moments()
+    SessionListener.of(spark).attach(spark, moments)
+    replace = ConnectStarts.replace
+
+    def marking_replace(self, running, start_next):  # the test's hook: the old run has stopped
+        def start():
+            with moments.changed:
+                moments.between.add(str(running.id))
+                moments.changed.notify_all()
+            return start_next()
+        return replace(self, running, start)
+
+    ConnectStarts.replace = marking_replace
+
+    def give_up(what: str) -> None:
+        report["hung"] = what
+        print("REPORT " + json.dumps(report), flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(3)
+
+    plan = [(point, order) for point in INSTALL_POINTS for order in INSTALL_ORDERS]
+    plan = [plan[i % len(plan)] for i in range(INSTALL_ROUNDS)]
+    rng.shuffle(plan)
+    for number, (point, order) in enumerate(plan):
+        installation = install(spark, "0 seconds", "500 milliseconds", allow_restart=True)
+        query = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic).option("startingOffsets", "earliest")
+                 .option("backlog.maxOffsetsPerTrigger", str(PER_TRIGGER)).load()
+                 .writeStream.format("parquet").option("path", f"{work}/install-out-{number}")
+                 .option("checkpointLocation", f"{work}/install-ckpt-{number}")
+                 .trigger(processingTime="0 seconds").start())
+        query_id = str(query.id)
+        round_: dict = {"point": point, "order": order, "error": None, "got": None}
+        round_["reached"] = moments.wait(moments.done if point == "at-decision" else moments.between, query_id)
+        if point == "at-decision":
+            time.sleep(rng.uniform(0.0, 0.2))  # where the user's stop used to lose to the restart
+        finished, failure, got = threading.Event(), [], []
+
+        def stop_and_uninstall():
+            try:
+                if order == "uninstall-first":
+                    installation.uninstall()
+                running = spark.streams.get(query_id)
+                got.append(None if running is None else running.runId)
+                if running is not None:
+                    running.stop()
+                if order == "stop-first":
+                    installation.uninstall()
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                finished.set()
+
+        started = time.monotonic()
+        threading.Thread(target=stop_and_uninstall, name=f"stop-{number}", daemon=True).start()
+        round_["stopped_in_time"] = finished.wait(STOP_BOUND_S)
+        round_["stop_seconds"] = round(time.monotonic() - started, 3)
+        if not round_["stopped_in_time"]:
+            report["rounds"].append(round_)
+            give_up(f"round {number} ({point}, {order}): the stop and uninstall did not return in time")
+        if failure:
+            round_["error"] = f"{type(failure[0]).__name__}: {failure[0]}"
+        round_["got"] = got[0] if got else None
+        round_["switch_began"] = query_id in moments.between
+        round_["active_after"] = [q.runId for q in spark.streams.active if str(q.id) == query_id]
+        report["rounds"].append(round_)
+        print(f"round {number}: {round_}", file=sys.stderr, flush=True)
+    report["active_at_end"] = [q.runId for q in spark.streams.active]
+    stopped = threading.Event()
+    threading.Thread(target=lambda: (spark.stop(), stopped.set()), name="session-stop", daemon=True).start()
+    report["session_stopped_in_time"] = stopped.wait(STOP_BOUND_S)
+    print("REPORT " + json.dumps(report), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # a stuck non-daemon thread must not keep us
 
 
 if __name__ == "__main__":
