@@ -307,7 +307,7 @@ class FakeProducer:
     def flush(self, timeout=None) -> int:
         kept = []
         for outcome, on_delivery in self.queued:
-            if outcome == "lost":
+            if isinstance(outcome, str) and outcome == "lost":  # a KafkaError refuses comparison with a str
                 kept.append((outcome, on_delivery))
             elif on_delivery is not None:
                 on_delivery(outcome, None)
