@@ -18,7 +18,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import start_query, wait_for
 
 #: The source's columns, in Spark's order (``KafkaRecordToRowConverter``).
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
@@ -106,9 +106,9 @@ def start(spark, source: str, bootstrap: str, options: dict, checkpoint, *, trig
           backlog_only: dict | None = None):
     """Start one query into a collecting ``foreachBatch``; returns ``(query, collected)``."""
     collected = Collected()
-    query = (stream(spark, source, bootstrap, options, backlog_only).writeStream.foreachBatch(collected.add)
-             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
-    return query, collected
+    writer = (stream(spark, source, bootstrap, options, backlog_only).writeStream.foreachBatch(collected.add)
+              .option("checkpointLocation", str(checkpoint)).trigger(**trigger))
+    return start_query(writer.start, what=f"format({source!r})"), collected
 
 
 def outcome(spark, bootstrap: str, options: dict, tmp_path, *, trigger: dict | None = None,
