@@ -1,7 +1,7 @@
 """A driver program for the crash tests: a backlog-aware query into Parquet that SIGKILLs its
 own process group (this Python driver and its Spark JVM) at a named point.
 
-    python -m tests.reliability.crash_job BOOTSTRAP TOPIC OUT_DIR --crash-at POINT
+    python -m tests.reliability.crash_job BOOTSTRAP TOPIC OUT_DIR --crash-at POINT [--backlog-max-offsets-per-trigger N]
 
 Points: ``mid_backlog`` (while a high-throughput batch runs), ``after_boundary`` (the batch
 that reached every boundary has committed, before the next plan settles it),
@@ -11,6 +11,7 @@ between batches), ``after_commit`` (inside the progress callback of a committed 
 caught up with the log end stop and exit 0).
 ``JOB_MASTER`` picks the Spark master (default ``local[2]``); ``OTEL_*`` variables are passed
 to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so the kill does not reach the caller.
+``--backlog-max-offsets-per-trigger`` sizes the backlog batches (150,000 records by default).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("out")
     parser.add_argument("--crash-at", choices=POINTS, required=True)
+    parser.add_argument("--backlog-max-offsets-per-trigger", type=int, default=150_000)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -60,7 +62,8 @@ def main() -> None:
     spark.dataSource.register(BacklogDataSource)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", args.bootstrap)
           .option("subscribe", args.topic).option("startingOffsets", "earliest")
-          .option("backlog.maxOffsetsPerTrigger", "150000").option("maxOffsetsPerTrigger", "20000").load())
+          .option("backlog.maxOffsetsPerTrigger", str(args.backlog_max_offsets_per_trigger))
+          .option("maxOffsetsPerTrigger", "20000").load())
     writer = (df.writeStream.format("parquet").option("path", os.path.join(args.out, "parquet"))
               .option("checkpointLocation", os.path.join(args.out, "checkpoint")))
     state = {"handle": None, "ll_batches": 0}
