@@ -1,6 +1,7 @@
 """Spark Connect: the source, the listener, start_backlog_aware and install(allow_restart=True)
 (both by restart, since a Connect client has no JVM objects to change in place) through a
-local Connect server from the pyspark package."""
+local Connect server from the pyspark package (``connect_server``, shared with
+test_connect_stop.py: tests/reliability/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,38 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyspark
 import pytest
 
 from backlog_source.metrics import names
 from tests.integration.helpers import log_end_offsets, make_topic
-from tests.reliability.test_cluster import free_port
 
 pytestmark = pytest.mark.integration
 
 CLIENT = Path(__file__).with_name("connect_client.py")
-
-
-@pytest.fixture
-def connect_server(tmp_path):
-    port = free_port()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    log = open(tmp_path / "connect-server.log", "w")
-    server = subprocess.Popen(
-        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[2]",
-         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false", "spark-internal"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 def test_source_listener_start_backlog_aware_and_install_work_through_spark_connect(broker, topic_name, tmp_path,
