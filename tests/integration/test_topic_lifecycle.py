@@ -17,6 +17,11 @@ from tests.integration.helpers import make_topic, wait_for, wait_for_progress
 
 pytestmark = pytest.mark.integration
 
+#: For Spark's source where it waits for a deleted topic until its Java clients' timeouts
+#: (default.api.timeout.ms, 60 s by default, 30 s in some tests; request.timeout.ms may not
+#: exceed it): it fails the same way 10 s in, rather than a minute.
+SPARK_TIMEOUTS = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "10000"}
+
 
 def recreate(broker, topic: str, partitions: int, per_partition: int, tag: str) -> None:
     """Delete ``topic``, create it again (a new topic id) and fill it with values tagged ``tag``."""
@@ -115,7 +120,8 @@ def test_a_subscribed_topic_deleted_while_idle(spark, broker, topic_name, tmp_pa
     the offsets it had read and never reads the new topic's first records."""
     make_topic(broker, topic_name, 2, per_partition=5)
     options = {"subscribe": topic_name, "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss}
-    queries = {source: start(spark, source, broker.bootstrap_servers, options, tmp_path / source,
+    queries = {source: start(spark, source, broker.bootstrap_servers,
+                             {**options, **(SPARK_TIMEOUTS if source == "kafka" else {})}, tmp_path / source,
                              trigger={"processingTime": "0 seconds"},
                              backlog_only={"kafka.default.api.timeout.ms": "10000"}) for source in ("kafka", "backlog")}
     try:
@@ -160,15 +166,16 @@ def ended_at(source_progress, offsets: dict) -> bool:
 
 
 def delete_between_plan_and_read(spark, broker, source: str, topic: str, checkpoint, fail_on_data_loss: str,
-                                 then=None) -> tuple[str | None, list, list]:
+                                 then=None, options: dict | None = None) -> tuple[str | None, list, list]:
     """One query of ``source`` caught up on ``topic`` (2 partitions of 5 records); then 5 more
     records per partition are written, and the topic is deleted after the batch holding them
     was planned and before it is read. Once that batch ended or the query failed, ``then(query,
-    collected)`` runs if the query is still running. Returns ``(failure or None, the batches
-    after the first, what the deletion raised)``; the query is stopped either way."""
+    collected)`` runs if the query is still running. ``options`` override the query's. Returns
+    ``(failure or None, the batches after the first, what the deletion raised)``; the query is
+    stopped either way."""
     make_topic(broker, topic, 2, per_partition=5)
     options = {"subscribe": topic, "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss,
-               "kafkaConsumer.pollTimeoutMs": "10000", "kafka.default.api.timeout.ms": "30000"}
+               "kafkaConsumer.pollTimeoutMs": "10000", "kafka.default.api.timeout.ms": "30000", **(options or {})}
     query, collected = start(spark, source, broker.bootstrap_servers, options, checkpoint,
                              trigger={"processingTime": "0 seconds"})
     try:
@@ -193,9 +200,10 @@ def test_a_subscribed_topic_deleted_while_its_batch_is_read(spark, broker, topic
     failOnDataLoss=true both sources fail the query as data loss. Under false, Spark's tasks wait for the
     deleted partitions' positions until default.api.timeout.ms and fail the query anyway (its
     "Timeout ... before the position for partition ... could be determined", asserted here as
-    Spark's behaviour); format("backlog") finishes the batch without the deleted records, with
-    a warning, and goes on: it reads the topic once it is created again. The README's
-    failure table says so."""
+    Spark's behaviour; its two task attempts each wait that timeout out in full, so the test
+    sets it to 10 s, :data:`SPARK_TIMEOUTS`); format("backlog") finishes the batch without the
+    deleted records, with a warning, and goes on: it reads the topic once it is created again.
+    The README's failure table says so."""
     ours = f"{topic_name}-backlog"
 
     def goes_on(query, collected):
@@ -203,7 +211,8 @@ def test_a_subscribed_topic_deleted_while_its_batch_is_read(spark, broker, topic
         wait_rows(collected, 13, query, what="the re-created topic's records after the deleted batch")
 
     kafka_failure, _, kafka_errors = delete_between_plan_and_read(
-        spark, broker, "kafka", f"{topic_name}-kafka", tmp_path / "kafka", fail_on_data_loss)
+        spark, broker, "kafka", f"{topic_name}-kafka", tmp_path / "kafka", fail_on_data_loss,
+        options=SPARK_TIMEOUTS if fail_on_data_loss == "false" else None)
     backlog_failure, deleted_batch, backlog_errors = delete_between_plan_and_read(
         spark, broker, "backlog", ours, tmp_path / "backlog", fail_on_data_loss,
         then=goes_on if fail_on_data_loss == "false" else None)
