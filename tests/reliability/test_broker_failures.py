@@ -18,14 +18,25 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from backlog_source import start_backlog_aware
 from backlog_source.demo.apache_kafka import kafka
 from backlog_source.demo.topics import produce
-from tests.integration.helpers import caught_up, log_end_offsets, make_topic, reader, wait_for, written_pairs
+from tests.integration.helpers import (
+    caught_up,
+    log_end_offsets,
+    make_topic,
+    reader,
+    start_aware,
+    wait_for,
+    written_pairs,
+)
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
+#: Records per partition: 75,000 in all, eight backlog batches of 10,000 per query. Each
+#: failure below lands after the first batch and waits for two more, so the backlog outlasts
+#: it (it was 40,000, twelve batches; the two queries read beside each other on two cores).
+PER_PARTITION = 25_000
 
 
 class IdempotentBatches:
@@ -53,8 +64,8 @@ def start_both(spark, cluster, topic, tmp_path):
              .option("checkpointLocation", str(tmp_path / "c-files")))
     batches = IdempotentBatches()
     each = df().writeStream.foreachBatch(batches).option("checkpointLocation", str(tmp_path / "c-batches"))
-    return [start_backlog_aware(files, "0 seconds", "500 milliseconds"),
-            start_backlog_aware(each, "0 seconds", "500 milliseconds")], batches
+    return [start_aware(files, "0 seconds", "500 milliseconds"),
+            start_aware(each, "0 seconds", "500 milliseconds")], batches
 
 
 def committed_batches(handle) -> int:
@@ -95,7 +106,7 @@ def pause_after(handles, what: str) -> float:
 
 def test_kill_minus_nine_and_restart_mid_backlog_and_after_a_switch(spark, topic_name, tmp_path):
     with kafka() as cluster:
-        make_topic(cluster, topic_name, PARTITIONS, per_partition=40_000, value_size=50)
+        make_topic(cluster, topic_name, PARTITIONS, per_partition=PER_PARTITION, value_size=50)
         handles, batches = start_both(spark, cluster, topic_name, tmp_path)
         try:
             wait_for(lambda: all(committed_batches(h) >= 1 for h in handles), 120, "first backlog batches")
@@ -125,7 +136,7 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
         admin.create_topics([NewTopic(topic_name, PARTITIONS, replication_factor=3,
                                       config={"min.insync.replicas": "2"})])[topic_name].result(30)
         produce(cluster.bootstrap_servers, topic_name,
-                ((n % PARTITIONS, None, b"x" * 50) for n in range(PARTITIONS * 40_000)))
+                ((n % PARTITIONS, None, b"x" * 50) for n in range(PARTITIONS * PER_PARTITION)))
         handles, batches = start_both(spark, cluster, topic_name, tmp_path)
         try:
             wait_for(lambda: all(committed_batches(h) >= 1 for h in handles), 120, "first backlog batches")
@@ -143,3 +154,6 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
         assert_exactly_once(cluster, topic_name, tmp_path, batches)
         offsets = json.loads(handles[0].query.lastProgress["sources"][0]["endOffset"])
         assert not offsets["processing_backlog"]
+        # Nothing is kept: kill -9 rather than the controlled shutdown the context ends with,
+        # where the last node, its quorum gone, waits out the 30 s stop bound (measured).
+        cluster.kill()
