@@ -12,10 +12,12 @@ import pytest
 @pytest.fixture(scope="session")
 def broker():
     """One Apache Kafka broker (single-node KRaft, installed by ``make jvm``) for the whole
-    test session; tests use uuid-named topics."""
+    test session; tests use uuid-named topics. Its log cleaner looks for work every 500 ms
+    rather than every 15 s, so a test of a compacted topic waits for the cleaning, not for
+    the cleaner's back-off (only compacted topics are cleaned: that test's and Kafka's own)."""
     from backlog_source.demo.apache_kafka import start_kafka
 
-    running = start_kafka()
+    running = start_kafka(settings={"log.cleaner.backoff.ms": "500"})
     yield running
     running.stop()
 

@@ -7,7 +7,7 @@ import time
 import warnings
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from backlog_source.core.errors import MalformedEvent
@@ -196,15 +196,15 @@ def control_messages(broker, control_topic: str) -> list[bytes | None]:
 
 def partition_records(broker, topic: str, partition: int = 0) -> list:
     """Every record of one partition, from its earliest offset to its end (the end-of-partition
-    event, or 5 s without a record)."""
+    event, or 5 s without a record). One message a poll: a poll returns as soon as the event
+    is there, where ``consume(1000, 5.0)`` waited its 5 s out for a thousand messages."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "t", "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, partition, 0)])
-    found, done = [], False
-    while not done:
-        for message in consumer.consume(1000, 5.0) or [None]:
-            if message is None or (message.error() and message.error().code() == -191):
-                done = True
-            elif message.error() is None:
-                found.append(message)
+    found = []
+    while (message := consumer.poll(5.0)) is not None:
+        if message.error() is None:
+            found.append(message)
+        elif message.error().code() == KafkaError._PARTITION_EOF:
+            break
     consumer.close()
     return found

@@ -98,7 +98,8 @@ def test_ranges_over_a_compacted_topic_end_on_the_first_record_past_them_and_rea
 
     def compacted() -> bool:
         # Every call appends a record: a segment rolls only on an append after segment.ms,
-        # and the cleaner cleans rolled segments only (every log.cleaner.backoff.ms, 15 s).
+        # and the cleaner cleans rolled segments only (every log.cleaner.backoff.ms: 15 s by
+        # default, 500 ms on the tests' broker, tests/conftest.py).
         n = next(written)
         produce(broker.bootstrap_servers, topic_name, [(0, f"b-{n}".encode(), f"b-{n}".encode())])
         return surviving_offsets(broker, topic_name, 20) == [19]
