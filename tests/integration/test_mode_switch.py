@@ -12,7 +12,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from backlog_source import ConfigError, start_backlog_aware
 from backlog_source.mode_switch import switchers
 from backlog_source.mode_switch.writer_info import describe_writer
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, wait_for
+from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_aware, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +125,7 @@ def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker
     out = tmp_path / "out"
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=2_000,
                 **{"backlog.maxOffsetsPerTrigger": 20_000, "backlog.reenterLag": 10_000})
-    handle = start_backlog_aware(writer_of(df, sink, out, tmp_path / "ckpt"), "0 seconds", "1 second")
+    handle = start_aware(writer_of(df, sink, out, tmp_path / "ckpt"), "0 seconds", "1 second")
     query, run_id = handle.query, str(handle.query.runId)
     try:
         assert handle.switch_method == "in-place" and handle.mode == "high-throughput"
@@ -154,16 +154,18 @@ def test_in_place_switches_keep_the_query_and_run_and_lose_nothing(spark, broker
 
 
 def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tmp_path):
-    """The headline case (issue 12): drain with backlog.maxOffsetsPerTrigger=20000, reach low
-    latency, stop; 300k records arrive; restart on the same checkpoint with the same
-    options: high-throughput with 20k batches, then low latency at the new boundaries."""
-    make_topic(broker, topic_name, 2, per_partition=50_000)
+    """The headline case (issue 12): drain with backlog.maxOffsetsPerTrigger=10000, reach low
+    latency, stop; 120k records arrive; restart on the same checkpoint with the same
+    options: high-throughput with 10k batches, then low latency at the new boundaries.
+    (Issue 12's figures, 300k records in 20k batches, made fifteen capped batches; twelve
+    show the same at less than half the reading.)"""
+    make_topic(broker, topic_name, 2, per_partition=10_000)
     out = tmp_path / "out"
 
     def start():
         df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest",
-                    **{"backlog.maxOffsetsPerTrigger": 20_000})
-        return start_backlog_aware(writer_of(df, "parquet", out, tmp_path / "ckpt"), "0 seconds", "1 second")
+                    **{"backlog.maxOffsetsPerTrigger": 10_000})
+        return start_aware(writer_of(df, "parquet", out, tmp_path / "ckpt"), "0 seconds", "1 second")
 
     handle = start()
     try:
@@ -171,7 +173,7 @@ def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tm
         wait_caught_up(handle, broker, topic_name)
     finally:
         handle.stop()
-    fill(broker, topic_name, 2, 150_000, start=50_000)  # 300k records while the job is down
+    fill(broker, topic_name, 2, 60_000, start=10_000)  # 120k records while the job is down
     handle = start()
     try:
         assert handle.mode == "high-throughput"
@@ -179,8 +181,8 @@ def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tm
         wait_caught_up(handle, broker, topic_name)
         progresses = handle.query.recentProgress
         backlog_batches = [p for p in progresses if end_offset(p)["processing_backlog"]]
-        assert len(backlog_batches) >= 10  # 300k records at 20k per batch, not one uncapped batch
-        assert all(p["numInputRows"] <= 20_002 for p in progresses)
+        assert len(backlog_batches) >= 10  # 120k records at 10k per batch, not one uncapped batch
+        assert all(p["numInputRows"] <= 10_002 for p in progresses)
         first = end_offset(progresses[0])
         restart_boundaries = {**first["backlog"].get(topic_name, {}), **first["finishing"].get(topic_name, {})}
         assert restart_boundaries == {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
@@ -198,8 +200,8 @@ def test_traffic_around_the_reentry_threshold_costs_no_switch_and_a_real_burst_o
     make_topic(broker, topic_name, 2, per_partition=1_000)
     df = reader(spark, broker, subscribePattern=f"{topic_name}.*", startingOffsets="earliest",
                 maxOffsetsPerTrigger=500, **{"backlog.reenterLag": 300, "backlog.maxOffsetsPerTrigger": 1_500})
-    handle = start_backlog_aware(df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")),
-                                 "0 seconds", "200 milliseconds")
+    handle = start_aware(df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")),
+                         "0 seconds", "200 milliseconds")
     produced = 1_000
     try:
         wait_for(lambda: handle.mode == "low-latency", 180, "the first catch-up")
@@ -230,8 +232,8 @@ def test_the_restart_method_keeps_the_same_guarantees(spark, broker, topic_name,
     out = tmp_path / "out"
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=5_000,
                 **{"backlog.maxOffsetsPerTrigger": 30_000})
-    handle = start_backlog_aware(writer_of(df, "foreachBatch", out, tmp_path / "ckpt"), "0 seconds", "500 milliseconds",
-                                 switch_method="restart" if how == "forced" else "auto")
+    handle = start_aware(writer_of(df, "foreachBatch", out, tmp_path / "ckpt"), "0 seconds", "500 milliseconds",
+                         switch_method="restart" if how == "forced" else "auto")
     first = handle.query
     try:
         assert handle.switch_method == "restart"
@@ -330,7 +332,7 @@ def test_a_failed_query_surfaces_its_error_and_is_not_restarted(spark, broker, t
         reader(spark, broker, subscribe=topic_name, startingOffsets="earliest")
         .writeStream.foreachBatch(explode).option("checkpointLocation", str(tmp_path / "ckpt"))
     )
-    handle = start_backlog_aware(writer, "0 seconds", "1 second")
+    handle = start_aware(writer, "0 seconds", "1 second")
     with pytest.raises(Exception, match="sink failure in batch 0"):
         handle.await_termination(120)
     assert handle.transitions == [] and all(q.id != handle.query.id for q in spark.streams.active)
