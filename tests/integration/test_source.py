@@ -128,11 +128,17 @@ def test_exactly_once_across_a_restart_under_live_traffic(spark, broker, topic_n
     assert df.select("partition", "offset").distinct().count() == expected
 
 
+#: maxTriggerDelay below: long enough to tell a wait from none (a run's triggers come 200 ms
+#: apart), short enough not to idle a test (it was 12 s).
+DELAY_S = 6
+
+
 def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_name, tmp_path):
     make_topic(broker, topic_name, 2)
     table = topic_name.replace("-", "_")
     query = start_memory(
-        reader(spark, broker, subscribe=topic_name, minOffsetsPerTrigger=1_000, maxTriggerDelay="12s"), tmp_path, table
+        reader(spark, broker, subscribe=topic_name, minOffsetsPerTrigger=1_000, maxTriggerDelay=f"{DELAY_S}s"), tmp_path,
+        table,
     )
     try:
         wait_for_progress(query, lambda p: True, what="the first trigger")
@@ -142,7 +148,7 @@ def test_min_offsets_waits_for_enough_records_or_the_delay(spark, broker, topic_
         # No batch read them before maxTriggerDelay had passed since the run's first trigger
         # (a lower bound: a busy machine can only make it later). 0.5 s for the two clocks.
         early = [(p.batchId, trigger_started_s(p) - first_trigger) for p in query.recentProgress
-                 if p.numInputRows and trigger_started_s(p) - first_trigger < 12 - 0.5]
+                 if p.numInputRows and trigger_started_s(p) - first_trigger < DELAY_S - 0.5]
         assert early == [], f"batches ran below minOffsetsPerTrigger before maxTriggerDelay: {early}"
         fill(broker, topic_name, 2, 600)  # enough records: read without waiting for the delay
         wait_for(lambda: spark.table(table).count() == 10 + 1_200, 60, "the batch that met the minimum")
