@@ -62,15 +62,17 @@ def test_demo_drains_switches_and_writes_exactly_the_produced_records(tmp_path):
 
 
 def test_ctrl_c_stops_everything_in_order(tmp_path):
-    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group."""
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. It lands after
+    the second of six backlog batches (60,000 records at 10,000 a batch): mid-backlog, with a
+    batch running; a bigger backlog only took longer to seed."""
     import re
     import signal
     import socket
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKLOG_", "OTEL_"))}
     demo = subprocess.Popen(
-        [sys.executable, "-m", "backlog_source.cli", "demo", "--backlog-records", "300000", "--partitions", "2",
-         "--backlog-max-offsets-per-trigger", "20000", "--no-live-view", "--output", str(tmp_path / "out")],
+        [sys.executable, "-m", "backlog_source.cli", "demo", "--backlog-records", "60000", "--partitions", "2",
+         "--backlog-max-offsets-per-trigger", "10000", "--no-live-view", "--output", str(tmp_path / "out")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     lines = []
