@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import pytest
 
 from backlog_source import start_backlog_aware
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import start_query, wait_for
 from tests.support.kafka_proxy import silent_listener
 
 pytestmark = pytest.mark.integration
@@ -37,8 +37,8 @@ def assert_names_what_to_change(message: str, servers: str) -> None:
 @pytest.mark.parametrize("kind", list(WRONG_SERVERS))
 def test_a_wrong_bootstrap_fails_the_query_within_the_api_timeout(spark, tmp_path, kind):
     with (silent_listener() if WRONG_SERVERS[kind] is None else nullcontext(WRONG_SERVERS[kind])) as servers:
-        query = (wrong_source(spark, servers).writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+        query = start_query(wrong_source(spark, servers).writeStream.format("noop")
+                            .option("checkpointLocation", str(tmp_path / "ckpt")).start)
         try:
             # The deadline is 3 s; a minute leaves room for a loaded machine, and is far below
             # the 8.5 minutes this took before the deadline existed.

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from backlog_source.demo.topics import create_topic, delete_topic, produce
 from tests.integration.differential import SourceFailed, delete_records_before, outcome, run_to_end, start
-from tests.integration.helpers import log_end_offsets, make_topic, reader, wait_for, wait_for_progress
+from tests.integration.helpers import log_end_offsets, make_topic, reader, start_query, wait_for, wait_for_progress
 
 pytestmark = pytest.mark.integration
 
@@ -206,8 +206,8 @@ def test_a_topic_deleted_while_it_is_read_fails_the_task_cleanly(spark, broker, 
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=2_000,
                 failOnDataLoss="false")
     rows_seen = []
-    query = (df.writeStream.foreachBatch(lambda batch, _: rows_seen.append(batch.count()))
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    query = start_query(df.writeStream.foreachBatch(lambda batch, _: rows_seen.append(batch.count()))
+                        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start)
     try:
         wait_for(lambda: len(rows_seen) >= 2 or query.exception() is not None, 120, "reading to start")
         delete_topic(broker.bootstrap_servers, topic_name)

@@ -17,6 +17,7 @@ from tests.integration.helpers import (
     make_topic,
     reader,
     start_memory,
+    start_query,
     wait_for,
     wait_for_progress,
 )
@@ -61,12 +62,12 @@ def test_available_now_with_max_offsets_reads_exactly_the_captured_end(spark, br
             late_writes.append(fill(broker, topic_name, 3, 500, start=10_000))
         batch_df.write.mode("append").parquet(str(tmp_path / "out"))
 
-    query = (
+    query = start_query(
         reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=1_500, includeHeaders="true")
         .writeStream.foreachBatch(during_batch)
         .trigger(availableNow=True)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+        .start
     )
     assert query.awaitTermination(180)
     assert query.exception() is None
@@ -94,13 +95,13 @@ def test_exactly_once_across_a_restart_under_live_traffic(spark, broker, topic_n
             n += 1_000
 
     def start():
-        return (
+        return start_query(
             reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=30_000)
             .writeStream.format("parquet")
             .option("path", out)
             .option("checkpointLocation", ckpt)
             .trigger(processingTime="0 seconds")
-            .start()
+            .start
         )
 
     producer = threading.Thread(target=live_producer)
@@ -181,11 +182,11 @@ def test_starting_offsets_json_and_timestamps(spark, broker, topic_name, tmp_pat
 
     def offsets(**options):
         name = f"q{abs(hash(json.dumps(options, sort_keys=True)))}"
-        query = (
+        query = start_query(
             reader(spark, broker, subscribe=topic_name, **options)
             .writeStream.format("memory").queryName(name).trigger(availableNow=True)
             .option("checkpointLocation", str(tmp_path / name))
-            .start()
+            .start
         )
         assert query.awaitTermination(120) and query.exception() is None
         return {(r.partition, r.offset) for r in spark.table(name).collect()}
@@ -214,12 +215,12 @@ def _offsets_for_timestamp(broker, topic, timestamp):
 def test_fail_on_data_loss_when_a_topic_is_recreated(spark, broker, topic_name, tmp_path, fail_on_data_loss):
     make_topic(broker, topic_name, 1, per_partition=300)
     table = f"loss_{fail_on_data_loss}_{topic_name.replace('-', '_')}"
-    query = (
+    query = start_query(
         reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", failOnDataLoss=str(fail_on_data_loss).lower())
         .writeStream.format("memory").queryName(table)
         .trigger(processingTime="200 milliseconds")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .start()
+        .start
     )
     try:
         wait_for(lambda: spark.table(table).count() == 300, 120, "the first records")

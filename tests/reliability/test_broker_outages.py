@@ -8,9 +8,17 @@ import time
 
 import pytest
 
-from backlog_source import start_backlog_aware
 from backlog_source.demo.traffic import LiveProducer
-from tests.integration.helpers import caught_up, log_end_offsets, make_topic, reader, wait_for, written_pairs
+from tests.integration.helpers import (
+    caught_up,
+    log_end_offsets,
+    make_topic,
+    reader,
+    start_aware,
+    start_query,
+    wait_for,
+    written_pairs,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +54,7 @@ def test_fifteen_second_outages_mid_backlog_and_in_low_latency_are_ridden_out(sp
     out = tmp_path / "out"
     writer = df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(tmp_path / "c"))
     live = LiveProducer(broker.bootstrap_servers, topic_name, 2, rate=100).start()
-    handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
+    handle = start_aware(writer, "0 seconds", "500 milliseconds")
     try:
         wait_for(lambda: handle.query.lastProgress is not None and handle.query.lastProgress["batchId"] >= 1,
                  120, "a first high-throughput batch")
@@ -78,8 +86,9 @@ def test_a_longer_outage_fails_with_a_clear_error_and_a_restart_loses_nothing(sp
         df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", maxOffsetsPerTrigger=5_000,
                     **{"kafkaConsumer.pollTimeoutMs": 4_000, "kafka.default.api.timeout.ms": 4_000,
                        "fetchOffset.numRetries": 1, "fetchOffset.retryIntervalMs": 200})
-        return (df.writeStream.format("parquet").option("path", str(out))
-                .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds").start())
+        return start_query(df.writeStream.format("parquet").option("path", str(out))
+                           .option("checkpointLocation", str(tmp_path / "c")).trigger(processingTime="200 milliseconds")
+                           .start)
 
     query = start()
     wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 1, 120, "a first batch")
