@@ -26,8 +26,8 @@ from pathlib import Path
 #: Spark's default ``spark.driver.memory``.
 SPARK_DEFAULT_DRIVER_HEAP = 1 << 30
 #: A default catch-up batch is this share of the driver's heap (1/8: 128 MiB for Spark's
-#: default driver). A collect-style sink ran a 1 GiB driver out of heap at 256 MiB batches;
-#: the figures behind the share: benchmarks/results/driver_heap/ (benchmarks/driver_heap.py).
+#: default driver): about half the largest batch a collect-style sink was seen to hold in a
+#: driver's heap, a 2x margin (benchmarks/README.md, "driver_heap").
 HEAP_SHARE = 8
 #: The default never goes above this (the figure that keeps a batch's fixed cost a small share
 #: of its time; larger batches drain no faster) nor below the floor (a batch must hold at

@@ -75,7 +75,7 @@ class ClientRole(TextEnum):
 #: librdkafka postpones its next fetch by this much, 1 s by default: a reader that drains the
 #: queue in a fraction of that waits out the rest. A 10 ms backoff keeps the reader fed:
 #: librdkafka's documented remedy for such gaps, faster than a larger queue and smaller
-#: (figures: benchmarks/README.md, "Read throughput").
+#: (benchmarks/README.md, "read_throughput").
 #:
 #: ``isolation.level``: librdkafka's default is ``read_committed``, the Java client's (and so
 #: Spark's) ``read_uncommitted``. The driver plans to the high watermark unless the user asks
@@ -88,14 +88,14 @@ class ClientRole(TextEnum):
 #: the one librdkafka sends on its own right after a range's last records, at the log end.
 #: A consumer the executors' pool keeps would make its next read wait until the broker gives
 #: up whenever no record arrives on those partitions meanwhile: 10 ms bounds that wait
-#: (figures: benchmarks/README.md, "Consumer reuse").
+#: (benchmarks/README.md, "consumer_reuse").
 #:
 #: ``queued.max.messages.kbytes``: librdkafka fetches ahead until its queue holds this much
 #: (64 MiB by default), and a range that ends before the log end (every catch-up range) drops
 #: what was fetched past its end: the broker's, librdkafka's and the network's work for
 #: nothing, on the cores the readers share. 16 MiB bounds that waste at about half a catch-up
 #: task's range while a long read alone stays close to its speed with the default queue
-#: (measured by benchmarks/fetch_ahead.py; benchmarks/README.md part 12). Without a
+#: (benchmarks/README.md, "fetch_ahead"). Without a
 #: ``fetch.max.bytes`` of the user's, librdkafka also lowers a fetch request's size to the
 #: queue's (from 50 MiB).
 _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolation.level": "read_uncommitted",

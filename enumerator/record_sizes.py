@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 MAX_SAMPLED = 32
 #: Per-partition fetch size of a sample, and the least a sampled partition gives: large enough
 #: to hold several of the large records of a mix with a tail of them, or the sample misses
-#: them and the byte budget overshoots (benchmarks/README.md part 8).
+#: them and the byte budget overshoots.
 SAMPLE_FETCH_BYTES = 256 << 10
 #: What all of a batch's samples read together, at most: each sampled partition is read until
 #: it has given its share of this (never less than one fetch, :data:`SAMPLE_FETCH_BYTES`),
@@ -78,7 +78,7 @@ def pooled_by_topic(measured: Mapping[Bucket, tuple[int, int]], buckets: list[Bu
     Why pooled: one partition's fetch holds a few dozen records, too few for a mix with a tail
     of large ones, and a partition whose sample came out light is planned too many records.
     Planned partition by partition, those errors add up instead of cancelling, and a batch
-    overshoots its byte budget (benchmarks/README.md part 8). Partitions of one topic share
+    overshoots its byte budget. Partitions of one topic share
     its producers and so its mix of sizes."""
     by_topic: dict[str, list[int]] = {}
     for bucket, (size, offsets) in measured.items():

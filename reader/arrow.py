@@ -82,10 +82,10 @@ def binary_column(items: list[bytes | None], value_type: pa.DataType = pa.binary
 
     The items are joined into one buffer of the exact size, with offsets from their lengths,
     both wrapped without a copy. pyarrow's converter appends value by value into a buffer it
-    grows, in memory its allocator hands back to the kernel between batches: on 4 KB values it
-    was a third of a worker's profile, three times confluent-kafka's ``consume()``
-    (benchmarks/README.md part 17); the join took 1.9 against its 3.3 ms for 10,000 values of
-    1,600 B, and 0.45 against 0.34 ms for 10,000 of 100 B. Nulls get a validity bitmap; all
+    grows, in memory its allocator hands back to the kernel between batches, and imports
+    pandas at a process's first call; the join is faster from about 1 KB a value and a little
+    slower on small values, which the worker more than gets back by never importing pandas
+    (benchmarks/README.md, "read_throughput"). Nulls get a validity bitmap; all
     null is Arrow's null array.
 
     Raises ValueError when the items hold more than 2 GiB (a binary column's int32 offsets):

@@ -49,7 +49,7 @@ CONSUME_BATCH = 10_000
 #: An Arrow batch holds about this many bytes at most, whatever the record size: each call
 #: asks for as many messages as fit, by the bytes per record of the batches before it. A
 #: bound by count alone lets large records make a batch of gigabytes, a worker's peak memory a
-#: multiple of it (benchmarks/README.md part 10), and past 2 GiB in one call pyarrow cannot
+#: multiple of it (benchmarks/README.md, "worker_memory"), and past 2 GiB in one call pyarrow cannot
 #: build the binary column at all.
 ARROW_BATCH_BYTES = 32 << 20
 #: The first call of a read asks for at most this many messages, before any size is known.
@@ -71,9 +71,9 @@ _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSE
 _FETCH_BYTES_MAX, _FETCH_BYTES_MIN = 1_048_576, 65_536
 #: The largest per-partition fetch of a catch-up range whose bytes are known. The broker
 #: spends CPU on every fetch request whatever its size, on the cores the readers share when
-#: it runs beside them: reading 420 MiB of mixed records from one partition cost it 0.41 s
-#: in 1 MiB fetches, 0.25 s in 4 MiB ones and 0.15 s in 16 MiB ones (benchmarks/fetch_size.py,
-#: benchmarks/README.md part 16). 4 MiB keeps one partition's response a quarter of the
+#: it runs beside them, so a range known to be large asks for more per request: fewer
+#: requests for the same bytes (benchmarks/README.md, "fetch_size"). The bound keeps one
+#: partition's response at most a quarter of the
 #: readers' fetch-ahead queue, which bounds a whole response (librdkafka lowers a request's
 #: ``fetch.max.bytes`` to it, ``core/kafka_config.py``).
 _FETCH_BYTES_CATCH_UP = 4 << 20
@@ -83,8 +83,8 @@ def fetch_bytes(ranges: Sequence[KafkaRange], bytes_per_offset: float | None = N
     """``max.partition.fetch.bytes`` for a split: librdkafka's 1 MiB, or less for small
     ranges (1 KiB per record of the largest range rounded up to a power of two, at least
     64 KiB). The first fetch of each partition is that size whatever the range needs, so a
-    small range fetches small: a fetch of 1 MiB per partition costs a small live split about
-    twice its reading time (benchmarks/README.md). A larger
+    small range fetches small: a fetch of 1 MiB per partition costs a small live split more
+    than reading its records does. A larger
     record still arrives whole (the broker returns at least one record batch), in more round
     trips. Powers of two keep the kinds of reader settings few, so pooled consumers match
     the next split (the size is part of a consumer's settings).

@@ -8,14 +8,14 @@ read); Spark ends a worker after a minute idle, and the settings end with it.
 worker after every task (``pyspark/daemon.py``). A worker that has imported PySpark, pyarrow,
 NumPy, confluent-kafka and this package holds ~60,000 container objects (modules, classes,
 functions) that never become garbage, and each of those collections walks them all, once per
-task of every small live batch (figures: ``benchmarks/read_throughput.py --profile``,
-benchmarks/README.md). ``gc.freeze()`` moves the objects that exist at the worker's first
+task of every small live batch (``benchmarks/read_throughput.py --profile`` shows it).
+``gc.freeze()`` moves the objects that exist at the worker's first
 read into the permanent generation, which collections skip; objects created later are
 collected as before. Reference counting still frees frozen objects that are not in cycles;
 what the first task's cycles hold stays until the worker exits. A module imported after the
 freeze is walked by every collection: pyarrow imports pandas (~35,000 objects) at a
-process's first ``pa.array``, which cost 14 % of the workers' profile samples on 4 KB
-records (benchmarks/README.md part 17), so the read path builds its columns without it
+process's first ``pa.array``, and every task of the worker would walk them, so the read
+path builds its columns without it
 (``reader/arrow.py``) and imports nothing on its first batch (``tests/unit/reader/test_worker_heap.py``).
 The one exception: a split of several topics imports ``pyarrow.compute`` (a few thousand
 objects) to count bytes per topic.
@@ -24,8 +24,8 @@ objects) to count bytes per topic.
 fetch buffers, one Python ``bytes`` per key and value, each batch of ``ARROW_BATCH_BYTES``.
 With glibc's start-up thresholds (trim the heap once 128 KiB at its top are free, adapting
 upwards only as mmapped blocks are freed), each wave was handed back to the kernel and
-faulted in again, page by page: one page fault per 4 KiB read, a fifth of the reader's CPU
-(``benchmarks/worker_heap.py``, benchmarks/README.md part 14). The thresholds are pinned
+faulted in again, page by page: one page fault per 4 KiB read
+(``benchmarks/worker_heap.py`` measures it). The thresholds are pinned
 where glibc's own adaptive rule ends (blocks up to 32 MiB from the heap, trim past 64 MiB
 free, per arena), so a worker keeps at most that much freed memory per arena for its next
 read instead of faulting it in again. Not done when the worker's environment sets glibc's
