@@ -20,8 +20,11 @@ pytestmark = pytest.mark.integration
 
 
 def transactional_producer(broker, name: str) -> Producer:
+    # The open transaction must outlive the reads before its commit: the default 60 s timeout
+    # let the broker abort it on a loaded machine (an abort marker moved the last stable
+    # offset). 15 minutes is the broker's default transaction.max.timeout.ms.
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"tx-{name}",
-                         "linger.ms": 5})
+                         "linger.ms": 5, "transaction.timeout.ms": 900_000})
     producer.init_transactions(30)
     return producer
 
