@@ -21,7 +21,7 @@ from pyspark.sql.utils import AnalysisException
 
 from backlog_source.demo.topics import create_topic, delete_topic, produce
 from tests.integration.differential import start
-from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, wait_for
+from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_query, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.integration
 def run_available_now(df, tmp_path, sink=None, name="ckpt"):
     """Run ``df`` with Trigger.AvailableNow into ``sink`` (a foreachBatch function, default:
     count and ignore); returns the query after it ended (failed or not)."""
-    query = (df.writeStream.foreachBatch(sink or (lambda batch, _: batch.count())).trigger(availableNow=True)
-             .option("checkpointLocation", str(tmp_path / name)).start())
+    query = start_query(df.writeStream.foreachBatch(sink or (lambda batch, _: batch.count())).trigger(availableNow=True)
+                        .option("checkpointLocation", str(tmp_path / name)).start)
     try:
         query.awaitTermination(300)
     except StreamingQueryException:
@@ -45,8 +45,8 @@ def batch_rows(query) -> list[int]:
 
 def collect(spark, df, tmp_path, table):
     """Every row ``df`` yields up to the current log end (AvailableNow into memory)."""
-    query = (df.writeStream.format("memory").queryName(table).trigger(availableNow=True)
-             .option("checkpointLocation", str(tmp_path / table)).start())
+    query = start_query(df.writeStream.format("memory").queryName(table).trigger(availableNow=True)
+                        .option("checkpointLocation", str(tmp_path / table)).start)
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
     return spark.table(table).collect()
@@ -135,7 +135,7 @@ def test_the_first_batch_does_not_wait_for_max_trigger_delay(spark, broker, topi
     waiting the default 15-minute maxTriggerDelay."""
     records = make_topic(broker, topic_name, 2, per_partition=5)
     df = reader(spark, broker, subscribe=topic_name, startingOffsets="earliest", minOffsetsPerTrigger=1_000)
-    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start()
+    query = start_query(df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start)
     try:
         wait_for(lambda: any(p["numInputRows"] == records for p in query.recentProgress), 120,
                  "the first batch (a 15-minute wait would time this out)")
@@ -253,8 +253,8 @@ def first_problem(spark, source: str, kind: str, options: dict, tmp_path) -> str
         if kind == "batch":
             df.collect()
         else:
-            query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / source))
-                     .trigger(availableNow=True).start())
+            query = start_query(df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / source))
+                                .trigger(availableNow=True).start)
             try:
                 query.awaitTermination(120)
             finally:
