@@ -71,8 +71,8 @@ from pathlib import Path
 
 import pyspark
 
-from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars
-from backlog_source.demo.topics import delete_topic, produce
+from backlog_source.demo.apache_kafka import kafka_version
+from backlog_source.demo.topics import produce
 from benchmarks.harness.broker_and_spark import kafka_and_spark
 from benchmarks.harness.catch_up_job import to_arrow
 from benchmarks.harness.costs import MemorySampler
@@ -92,6 +92,8 @@ from benchmarks.harness.runs import first_trigger_and_total_s, rotated, wait_unt
 from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
 from benchmarks.harness.traffic import create_live_topic, log_ends, produce_and_catch_up
 from benchmarks.harness.trivial_source import register_trivial_source
+from tests.support.spark_kafka import spark_kafka_connector_jars
+from tests.support.topics import delete_topic
 
 PARTITIONS = 8
 HISTORY = 1_000

@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from backlog_source.demo.apache_kafka import kafka_version, spark_kafka_connector_jars, start_kafka
+from backlog_source.demo.apache_kafka import kafka_version, start_kafka
 from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
 from benchmarks.harness.progress import ProgressLog, step_medians, step_table
@@ -59,6 +59,7 @@ from benchmarks.harness.runs import rotated, wait_until
 from benchmarks.harness.stats import fmt, median_and_spread, percentile, with_spread
 from benchmarks.harness.traffic import await_deliveries, create_live_topic, produce_and_catch_up, start_producer
 from tests.support.kafka_proxy import counting_broker
+from tests.support.spark_kafka import spark_kafka_connector_jars
 
 IDLE_SECONDS = 10.0
 #: The client ids (prefixes) of each source's driver-side Kafka clients.

@@ -32,7 +32,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
-    from backlog_source.demo.apache_kafka import spark_kafka_connector_jars
+    from tests.support.spark_kafka import spark_kafka_connector_jars
 
     session = (
         SparkSession.builder.master("local[2,2]")

@@ -1,7 +1,6 @@
-"""Test, benchmark and demo tooling, not the source's runtime path: Apache Kafka brokers on
+"""Demo, test and benchmark tooling, not the source's runtime path: Apache Kafka brokers on
 this machine's loopback, started from the jars ``make jvm`` installs (``scripts/install-jvm.sh``
-copies ``org.apache.kafka:kafka_2.13`` and its logging binding into ``.jvm/kafka-broker``), and
-the jars of Spark's own Kafka source for sessions that run ``format("kafka")`` beside ours.
+copies ``org.apache.kafka:kafka_2.13`` and its logging binding into ``.jvm/kafka-broker``).
 
 - :func:`start_kafka` starts a single-node KRaft broker (combined broker and controller) on
   free loopback ports with its log dir in a temporary folder, and returns once the broker
@@ -37,7 +36,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyspark
 from confluent_kafka.admin import AdminClient
 
 from backlog_source.demo.errors import EmbeddedBrokerError
@@ -46,9 +44,6 @@ from backlog_source.demo.errors import EmbeddedBrokerError
 LIBS_FOLDER = Path(".jvm") / "kafka-broker"
 #: Overrides where the broker's jars are looked for.
 LIBS_VARIABLE = "BACKLOG_SOURCE_KAFKA_LIBS"
-#: Where ``make jvm`` puts Spark's Kafka connector, and the variable that overrides it.
-CONNECTOR_FOLDER = Path(".jvm") / "spark-kafka"
-CONNECTOR_VARIABLE = "BACKLOG_SOURCE_SPARK_KAFKA_JARS"
 
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
@@ -96,26 +91,13 @@ _LOG4J2 = """Configuration:
 def find_libs() -> Path:
     """The folder of Kafka's jars: ``$BACKLOG_SOURCE_KAFKA_LIBS``, else ``.jvm/kafka-broker``
     in the current directory or one above it, else beside this checkout."""
-    return _installed_folder(LIBS_FOLDER, "kafka_2.13-*.jar", LIBS_VARIABLE)
+    return find_installed(LIBS_FOLDER, "kafka_2.13-*.jar", LIBS_VARIABLE)
 
 
-def spark_kafka_connector_jars() -> list[Path]:
-    """The jars of Spark's own Kafka source (``format("kafka")``) that ``make jvm`` installs
-    into ``.jvm/spark-kafka``, for ``spark.jars``. Raises :class:`EmbeddedBrokerError` when
-    they are missing or built for another Spark version than the installed PySpark (Spark's
-    internal classes move between versions)."""
-    folder = _installed_folder(CONNECTOR_FOLDER, "spark-sql-kafka-0-10_2.13-*.jar", CONNECTOR_VARIABLE)
-    [connector] = folder.glob("spark-sql-kafka-0-10_2.13-*.jar")
-    version = connector.name.removeprefix("spark-sql-kafka-0-10_2.13-").removesuffix(".jar")
-    if version != pyspark.__version__:
-        raise EmbeddedBrokerError(
-            f"Spark's Kafka connector in {folder} is {version}, the installed PySpark is {pyspark.__version__}: "
-            "install the PySpark of tests/constraints.txt ('make clean test' rebuilds both)"
-        )
-    return sorted(folder.glob("*.jar"))
-
-
-def _installed_folder(relative: Path, marker: str, variable: str) -> Path:
+def find_installed(relative: Path, marker: str, variable: str) -> Path:
+    """The folder of jars ``make jvm`` installed at ``relative`` (one holding ``marker``):
+    ``$variable``, else ``relative`` in the current directory or one above it, else beside
+    this checkout. Raises :class:`EmbeddedBrokerError` naming what to install."""
     if os.environ.get(variable):
         candidates = [Path(os.environ[variable])]
     else:

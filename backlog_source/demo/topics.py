@@ -1,6 +1,7 @@
 """Topics and records on any Kafka-compatible broker, for the demo, tests and benchmarks
-(never the source's runtime path): create and delete a topic, produce records and wait until
-they are acknowledged, and wait for a condition with a deadline.
+(never the source's runtime path): create a topic, produce records and wait until they are
+acknowledged, and wait for a condition with a deadline. (Deleting a topic is test tooling:
+``tests/support/topics.py``.)
 
 Which process: the driver program of the demo, a test or a benchmark.
 
@@ -24,11 +25,6 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Ma
     wait until it exists."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     admin.create_topics([NewTopic(topic, partitions, config=dict(config or {}))])[topic].result(timeout=30)
-
-
-def delete_topic(bootstrap_servers: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    admin.delete_topics([topic])[topic].result(timeout=30)
 
 
 def produce(

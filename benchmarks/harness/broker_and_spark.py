@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backlog_source.demo.apache_kafka import spark_kafka_connector_jars, start_kafka
+from backlog_source.demo.apache_kafka import start_kafka
 from backlog_source.demo.topics import create_topic, produce
 from benchmarks.harness.progress import ProgressLog
 from benchmarks.harness.runs import backlog_stream, run_available_now
+from tests.support.spark_kafka import spark_kafka_connector_jars
 
 #: The project's package folders (installed under ``backlog_source`` by the build).
 PROJECT_PACKAGES = ("backlog_source", "core", "split", "events", "enumerator", "reader")

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from backlog_source.demo.topics import delete_topic, produce
+from backlog_source.demo.topics import produce
 from backlog_source.events.finish_event import BacklogFinishEvent
 from tests.integration.helpers import (
     fill,
@@ -18,6 +18,7 @@ from tests.integration.helpers import (
     start_noop,
     wait_for_progress,
 )
+from tests.support.topics import delete_topic
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from backlog_source.demo.topics import create_topic, delete_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from tests.integration.differential import SourceFailed, delete_records_before, outcome, run_to_end, start
 from tests.integration.helpers import log_end_offsets, make_topic, reader, start_query, wait_for, wait_for_progress
+from tests.support.topics import delete_topic
 
 pytestmark = pytest.mark.integration
 

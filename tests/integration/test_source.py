@@ -10,7 +10,6 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.demo.topics import delete_topic
 from tests.integration.helpers import (
     fill,
     log_end_offsets,
@@ -21,6 +20,7 @@ from tests.integration.helpers import (
     wait_for,
     wait_for_progress,
 )
+from tests.support.topics import delete_topic
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql.utils import AnalysisException
 
-from backlog_source.demo.topics import create_topic, delete_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from tests.integration.differential import start
 from tests.integration.helpers import fill, log_end_offsets, make_topic, reader, start_query, wait_for
+from tests.support.topics import delete_topic
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,10 @@ import json
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.demo.topics import create_topic, delete_topic, produce
+from backlog_source.demo.topics import create_topic, produce
 from tests.integration.differential import SourceFailed, outcome, run_to_end, start, wait_rows
 from tests.integration.helpers import make_topic, wait_for, wait_for_progress
+from tests.support.topics import delete_topic
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,34 @@
+"""Test and benchmark tooling: the jars of Spark's own Kafka source (``format("kafka")``), for
+the sessions that run it beside ``format("backlog")``. It lives in the test tree, as Spark
+keeps ``KafkaTestUtils`` under ``src/test``: the wheel never needs Spark's connector.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyspark
+
+from backlog_source.demo.apache_kafka import find_installed
+from backlog_source.demo.errors import EmbeddedBrokerError
+
+#: Where ``make jvm`` puts Spark's Kafka connector, and the variable that overrides it.
+CONNECTOR_FOLDER = Path(".jvm") / "spark-kafka"
+CONNECTOR_VARIABLE = "BACKLOG_SOURCE_SPARK_KAFKA_JARS"
+_CONNECTOR = "spark-sql-kafka-0-10_2.13-*.jar"
+
+
+def spark_kafka_connector_jars() -> list[Path]:
+    """The jars of Spark's Kafka source that ``make jvm`` installs into ``.jvm/spark-kafka``,
+    for ``spark.jars``. Raises :class:`EmbeddedBrokerError` when they are missing or built for
+    another Spark version than the installed PySpark (Spark's internal classes move between
+    versions)."""
+    folder = find_installed(CONNECTOR_FOLDER, _CONNECTOR, CONNECTOR_VARIABLE)
+    [connector] = folder.glob(_CONNECTOR)
+    version = connector.name.removeprefix("spark-sql-kafka-0-10_2.13-").removesuffix(".jar")
+    if version != pyspark.__version__:
+        raise EmbeddedBrokerError(
+            f"Spark's Kafka connector in {folder} is {version}, the installed PySpark is {pyspark.__version__}: "
+            "install the PySpark of tests/constraints.txt ('make clean test' rebuilds both)"
+        )
+    return sorted(folder.glob("*.jar"))
