@@ -106,22 +106,6 @@ def take_snapshot(
     return manifest
 
 
-def read_partition(fs: pafs.FileSystem, root: str, manifest: Manifest, partition: int) -> pa.Table:
-    """The rows of one partition's snapshot; raises :class:`SnapshotError` for a missing file."""
-    entry = manifest.partitions.get(partition)
-    if entry is None:
-        raise SnapshotError(f"the snapshot of {manifest.topic!r} has no partition {partition}")
-    tables = []
-    for relative in entry.files:
-        try:
-            tables.append(pq.read_table(f"{root}/{relative}", filesystem=fs))
-        except FileNotFoundError:
-            raise SnapshotError(
-                f"snapshot {manifest.snapshot_id} lists {relative} for partition {partition}, but the file is missing"
-            ) from None
-    return pa.concat_tables(tables) if tables else pa.table({})
-
-
 def _latest_of_partition(settings: SourceSettings, bucket: Bucket, start: int, end: int) -> pa.Table:
     state = arrow_schema(settings.include_headers).empty_table()
     pending: list[pa.RecordBatch] = []

@@ -64,7 +64,6 @@ class ClientRole(TextEnum):
     READER = "reader"  # executors: the split consumer
     CONTROL_READER = "events-reader"  # driver: reads BacklogFinishEvents
     EVENT_PRODUCER = "events"  # executors: publishes BacklogFinishEvents
-    SNAPSHOT_READER = "snapshot"  # the snapshot command's consumer
     SIZE_SAMPLER = "size-sampler"  # driver: measures record sizes where a catch-up batch starts
 
 
@@ -102,7 +101,6 @@ _READ_DEFAULTS = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 10, "isolat
                   "queued.max.messages.kbytes": 16_384}
 _OVERRIDABLE: dict[ClientRole, dict[str, Any]] = {
     ClientRole.READER: _READ_DEFAULTS,
-    ClientRole.SNAPSHOT_READER: _READ_DEFAULTS,
     ClientRole.SIZE_SAMPLER: _READ_DEFAULTS,
 }
 
@@ -124,7 +122,6 @@ _FIXED: dict[ClientRole, dict[str, Any]] = {
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
     },
-    ClientRole.SNAPSHOT_READER: {**_NEVER_COMMITS, "enable.partition.eof": True, "auto.offset.reset": "error"},
     ClientRole.SIZE_SAMPLER: {**_NEVER_COMMITS, "enable.partition.eof": True, "auto.offset.reset": "error"},
     ClientRole.CONTROL_READER: {
         **_NEVER_COMMITS,
@@ -142,7 +139,7 @@ _FIXED: dict[ClientRole, dict[str, Any]] = {
     },
 }
 
-_CONSUMERS = {ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.CONTROL_READER, ClientRole.SIZE_SAMPLER}
+_CONSUMERS = {ClientRole.READER, ClientRole.CONTROL_READER, ClientRole.SIZE_SAMPLER}
 _CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.auto.offset.store",
                   "enable.partition.eof", "auto.offset.reset", "queued.min.messages", "queued.max.messages.kbytes",
                   "fetch.queue.backoff.ms")

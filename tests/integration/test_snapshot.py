@@ -10,8 +10,9 @@ import pytest
 
 from backlog_source.core.errors import SnapshotError
 from backlog_source.core.snapshot_manifest import load_manifest
-from backlog_source.snapshot import read_partition, take_snapshot
+from backlog_source.snapshot import take_snapshot
 from tests.integration.helpers import log_end_offsets, make_topic, produce, published_events
+from tests.support.snapshots import read_partition
 
 pytestmark = pytest.mark.integration
 

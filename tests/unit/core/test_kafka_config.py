@@ -11,7 +11,7 @@ from backlog_source.core.settings import parse_options
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "orders"}
 
 
-@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER])
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SIZE_SAMPLER])
 def test_readers_read_uncommitted_by_default_as_spark_s_java_consumer_does(role):
     """librdkafka's default is read_committed; Spark's (the Java client's) is read_uncommitted,
     and the driver plans to the high watermark unless the user asks otherwise. A reader on
@@ -26,7 +26,7 @@ def test_admin_clients_carry_no_consumer_settings():
     assert "isolation.level" not in config and "group.id" not in config
 
 
-@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER])
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SIZE_SAMPLER])
 def test_readers_fetch_again_soon_after_their_queue_filled_and_a_user_setting_wins(role):
     """librdkafka waits fetch.queue.backoff.ms (1 s) before fetching a partition whose local
     queue reached its threshold: a reader that drains it faster sat idle (5x slower)."""
@@ -35,7 +35,7 @@ def test_readers_fetch_again_soon_after_their_queue_filled_and_a_user_setting_wi
     assert "fetch.queue.backoff.ms" not in parse_options(BASE).kafka.librdkafka(ClientRole.ADMIN)
 
 
-@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER])
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SIZE_SAMPLER])
 def test_readers_let_the_broker_hold_a_fetch_briefly_and_a_user_setting_wins(role):
     """A held fetch at the log end delayed a kept consumer's next read by up to 500 ms."""
     assert parse_options(BASE).kafka.librdkafka(role)["fetch.wait.max.ms"] == 10
@@ -43,7 +43,7 @@ def test_readers_let_the_broker_hold_a_fetch_briefly_and_a_user_setting_wins(rol
     assert "fetch.wait.max.ms" not in parse_options(BASE).kafka.librdkafka(ClientRole.ADMIN)
 
 
-@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.SIZE_SAMPLER])
+@pytest.mark.parametrize("role", [ClientRole.READER, ClientRole.SIZE_SAMPLER])
 def test_readers_fetch_at_most_16_mib_ahead_and_a_user_setting_wins(role):
     """A catch-up range drops what was fetched past its end: librdkafka's 64 MiB queue made a
     34 MiB range fetch up to 92 MiB (benchmarks/fetch_ahead.py)."""
@@ -59,7 +59,7 @@ def test_a_reader_consumer_starts_with_the_readers_defaults_and_large_fetch_size
     """librdkafka checks its settings against each other when a client is created
     (``fetch.max.bytes`` against ``message.max.bytes`` and ``receive.message.max.bytes``); the
     readers' smaller fetch-ahead queue must not make a user's fetch sizes refused."""
-    for role in (ClientRole.READER, ClientRole.SNAPSHOT_READER, ClientRole.SIZE_SAMPLER):
+    for role in (ClientRole.READER, ClientRole.SIZE_SAMPLER):
         Consumer(parse_options({**BASE, **extra}).kafka.librdkafka(role)).close()
 
 

@@ -2,7 +2,9 @@
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.settings import parse_options
 from backlog_source.reader.snapshot_reader import read_snapshot_split
@@ -21,3 +23,10 @@ def test_snapshot_rows_come_back_in_the_query_schema_and_a_snapshot_only_bucket_
     assert batches[0].schema == arrow_schema(True) and batches[0].column("headers").to_pylist() == [None, None]
     assert [r["key"] for r in pa.Table.from_batches(batches).to_pylist()] == [b"k1", b"k2"]
     assert [(e.boundary_offset, e.reached_offset) for e in published] == [(50, 50)]
+
+
+def test_a_missing_file_names_the_file_and_the_bucket(tmp_path):
+    split = SnapshotSplit("a", 1, str(tmp_path), ("data/x/part-0.parquet",), 50, boundary=50, source_id="src-snap")
+    config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"}).reader_config
+    with pytest.raises(SnapshotError, match="snapshot file data/x/part-0.parquet of a-1 is missing"):
+        list(read_snapshot_split(split, config, publish_event=lambda s, e: True))
