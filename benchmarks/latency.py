@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -35,9 +34,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
-from backlog_source.core.step_timings import VARIABLE
 from backlog_source.split.planning import TASK_RECORDS, pack_tasks, plan_ranges
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
 from benchmarks.harness.progress import ProgressLog, offset_of
@@ -231,7 +230,7 @@ def main() -> None:
     args = parser.parse_args()
 
     timings_dir = Path(tempfile.mkdtemp(prefix="backlog-steps-"))
-    os.environ[VARIABLE] = str(timings_dir)  # local mode: every Python worker inherits it
+    step_timings.switch_on(str(timings_dir))  # local mode: every Python worker inherits it
     with counting_broker() as (broker, proxy):
         spark = spark_session()
         log = ProgressLog()

@@ -282,7 +282,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
     with step_timings.step("reader.assign"):
         consumer.assign(partitions)
     one_topic = len({r.topic for r in ranges}) == 1
-    first_fetch = True
+    first_fetch = step_timings.enabled()  # timed once, and only when timings are on
     wait_s = _CONSUME_WAIT_MIN_S
     per_call = FIRST_CONSUME
     last_progress = last_check = clock()
@@ -296,7 +296,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         # gaps, fewer messages than offsets exist; the end-of-partition event then ends the
         # range within one short wait.
         wanted = min(per_call, sum(p.range.end - p.position for p in active))
-        started = time.perf_counter()
+        started = time.perf_counter() if first_fetch else 0.0
         messages = consumer.consume(wanted, wait_s)
         if first_fetch and messages:
             step_timings.record("reader.first_fetch", (time.perf_counter() - started) * 1000)
