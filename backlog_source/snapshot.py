@@ -83,7 +83,7 @@ def take_snapshot(
     settings = parse_options({**options, "subscribe": topic, "failOnDataLoss": "true", "backlog.enabled": "false"})
     client = KafkaAdmin.from_settings(settings)
     try:
-        count = client.partition_counts().get(topic)
+        count = client.partition_counts([topic]).get(topic)
         if not count:
             raise SnapshotError(f"topic {topic!r} does not exist")
         buckets = [Bucket(topic, p) for p in range(count)]

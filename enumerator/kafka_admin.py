@@ -69,9 +69,6 @@ _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 #: ("Failed to query partition leaders: No leaders found", ``_NOENT``) or the broker no longer
 #: knows them. After one of these the client asks whether the topics still exist.
 _MAYBE_DELETED = _UNKNOWN_TOPIC | {KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
-#: Topic errors in a cluster listing that mean "not a topic this client reads": deleted since,
-#: not visible to it, or an invalid name. Any other topic error is transient and asked again.
-_NOT_LISTED = _UNKNOWN_TOPIC | {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION}
 
 
 class TopicsChangedError(BacklogSourceError):
@@ -113,9 +110,11 @@ class OffsetsClient(Protocol):
     asked about (found out after a failed request: a topic deleted, or re-created, since the
     planner listed it)."""
 
-    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
-        """The partition count of each of ``topics`` that exists, or of every non-internal
-        topic of the cluster when ``topics`` is None."""
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """The partition count of each of ``topics`` that exists, from a description of those
+        topics only (never a listing of the cluster). A topic named is counted whatever its
+        name, as an explicit ``subscribe`` reads it; Kafka's internal topics are left out of a
+        pattern only, by the broker's flag (:attr:`TopicIdentity.internal`)."""
 
     def topic_names(self) -> set[str]:
         """The names of every topic the cluster lists, including topics being created or
@@ -350,27 +349,7 @@ class KafkaAdmin:
             text = f"{text} (last connection error: {self._failure.line})"
         return self._kafka.redact(text)
 
-    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
-        if topics is not None:
-            return self._describe_counts(sorted(set(topics)))
-
-        def request(timeout_s: float) -> dict[str, int]:
-            metadata = self._client().list_topics(timeout=timeout_s)
-            counts = {}
-            for name, topic in metadata.topics.items():
-                if name.startswith("__") or (topic.error is not None and topic.error.code() in _NOT_LISTED):
-                    continue
-                if topic.error is not None:
-                    # A topic being created or moving leaders ("leader not available"): left
-                    # out, it would read as deleted (data loss) under subscribePattern. Asked
-                    # again, as the Java client retries a retriable topic error.
-                    raise KafkaException(topic.error)
-                counts[name] = len(topic.partitions)
-            return counts
-
-        return self._call("listing topics", request)
-
-    def _describe_counts(self, topics: list[str]) -> dict[str, int]:
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         return {name: identity.partitions for name, identity in self.describe_topics(topics).items()}
 
     def topic_names(self) -> set[str]:

@@ -45,9 +45,9 @@ class FakeOffsetsClient:
     topic_ids: dict[str, str] = field(default_factory=dict)
     closed: int = 0
 
-    def partition_counts(self, topics=None) -> dict[str, int]:
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         self.calls.append("partition_counts")
-        return {topic: len(parts) for topic, parts in self.topics.items() if topics is None or topic in topics}
+        return {topic: len(parts) for topic, parts in self.topics.items() if topic in set(topics)}
 
     def topic_names(self) -> set[str]:
         self.calls.append("topic_names")

@@ -272,7 +272,7 @@ def _producer_config(settings: DemoSettings) -> dict:
 def _partition_count(bootstrap: str, settings: DemoSettings) -> int:
     client = _offsets_client(bootstrap, settings)
     try:
-        count = client.partition_counts().get(settings.topic)
+        count = client.partition_counts([settings.topic]).get(settings.topic)
     finally:
         client.close()
     if not count:
@@ -283,7 +283,7 @@ def _partition_count(bootstrap: str, settings: DemoSettings) -> int:
 def _log_range(bootstrap: str, settings: DemoSettings):
     client = _offsets_client(bootstrap, settings)
     try:
-        buckets = [Bucket(settings.topic, p) for p in range(client.partition_counts()[settings.topic])]
+        buckets = [Bucket(settings.topic, p) for p in range(client.partition_counts([settings.topic])[settings.topic])]
         return client.earliest_offsets(buckets), client.latest_offsets(buckets)
     finally:
         client.close()

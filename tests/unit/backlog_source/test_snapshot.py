@@ -8,7 +8,9 @@ import pytest
 from backlog_source.core.errors import SnapshotError
 from backlog_source.core.schema import arrow_schema
 from backlog_source.core.snapshot_manifest import MANIFEST_NAME, Manifest, PartitionSnapshot, load_manifest
-from backlog_source.snapshot import _publish, latest_per_key
+from backlog_source import snapshot
+from backlog_source.snapshot import _publish, latest_per_key, take_snapshot
+from tests.fakes import FakeOffsetsClient
 
 
 def records(*rows):
@@ -56,3 +58,29 @@ def test_publishing_replaces_the_manifest_in_one_step_and_leaves_no_temporary(tm
     _publish(fs, str(tmp_path), second)
     assert [p.name for p in tmp_path.iterdir()] == [MANIFEST_NAME]
     assert load_manifest(str(tmp_path))[2] == second
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """A fake cluster behind take_snapshot; a read of a non-empty range returns three records."""
+    client = FakeOffsetsClient({"__audit": [(0, 3), (0, 0)], "__consumer_offsets": [(0, 9)], "other": [(0, 1)]})
+    monkeypatch.setattr(snapshot.KafkaAdmin, "from_settings", classmethod(lambda cls, settings: client))
+    read = records((0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"2"))
+    monkeypatch.setattr(snapshot, "read_split", lambda split, config: iter(
+        read.to_batches() if split.ranges[0].end > split.ranges[0].start else []))
+    return client
+
+
+def test_a_snapshot_describes_only_its_topic_and_takes_a_user_topic_named_like_an_internal_one(cluster, tmp_path):
+    """One rule for internal topics, the broker's flag: a topic named explicitly is read
+    whatever its name, as an explicit subscribe is; the cluster is never listed."""
+    manifest = take_snapshot({"kafka.bootstrap.servers": "h:1"}, "__audit", str(tmp_path), clock=lambda: 1.0)
+    assert cluster.calls == ["partition_counts", "earliest_offsets", "latest_offsets"]
+    assert {p: (s.log_offset, s.rows) for p, s in manifest.partitions.items()} == {0: (3, 2), 1: (0, 0)}
+    assert load_manifest(str(tmp_path))[2] == manifest
+
+
+def test_a_snapshot_of_a_missing_topic_names_it(cluster, tmp_path):
+    with pytest.raises(SnapshotError, match="topic 'gone' does not exist"):
+        take_snapshot({"kafka.bootstrap.servers": "h:1"}, "gone", str(tmp_path))
+    assert cluster.calls == ["partition_counts"] and list(tmp_path.iterdir()) == []
