@@ -38,6 +38,19 @@ def duration_ms(name: str, text: object, *, bare_number_unit: str | None = "ms")
     return round(float(match.group(1)) * _UNIT_MS[unit])
 
 
+def trigger_interval_ms(name: str, text: object) -> int:
+    """Milliseconds of a trigger interval such as ``"0 seconds"`` or ``"500ms"``: a unit is
+    required (a bare number is refused, as ``trigger(processingTime=...)`` refuses it). Raises
+    :class:`ConfigError` naming ``name``."""
+    return duration_ms(name, text, bare_number_unit=None)
+
+
 def duration_seconds(name: str, text: object) -> float:
-    """Seconds of a trigger interval such as ``"0 seconds"`` or ``"500ms"`` (unit required)."""
-    return duration_ms(name, text, bare_number_unit=None) / 1000
+    """Seconds of a trigger interval (:func:`trigger_interval_ms`)."""
+    return trigger_interval_ms(name, text) / 1000
+
+
+def processing_time(interval_ms: int) -> str:
+    """The ``trigger(processingTime=...)`` text of an interval of ``interval_ms``, which this
+    module parses back to the same milliseconds."""
+    return f"{interval_ms} milliseconds"

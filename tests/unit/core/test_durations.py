@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backlog_source.core.durations import duration_seconds
+from backlog_source.core.durations import duration_seconds, processing_time, trigger_interval_ms
 from backlog_source.core.errors import ConfigError
 
 
@@ -18,3 +18,10 @@ def test_intervals_parse(text, seconds):
 def test_bad_interval_says_what_is_allowed():
     with pytest.raises(ConfigError, match="low_latency_interval must be a duration such as '500ms'.*'0 seconds'"):
         duration_seconds("low_latency_interval", "soon")
+
+
+def test_a_trigger_interval_needs_a_unit_and_its_text_parses_back():
+    with pytest.raises(ConfigError, match="x must be a duration"):
+        trigger_interval_ms("x", "500")
+    for interval_ms in (0, 250, 60_000):
+        assert trigger_interval_ms("x", processing_time(interval_ms)) == interval_ms
