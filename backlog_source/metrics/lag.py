@@ -24,8 +24,8 @@ def lag_metrics(source_progress: Any) -> dict[str, float] | None:
     ``event.progress.sources[0]``) or its dict form (``json.loads(progress.json)["sources"][0]``).
     Per partition, offsets behind latest = latest offset - batch end offset, as in Spark.
     """
-    end_raw = _field(source_progress, "endOffset")
-    latest_raw = _field(source_progress, "latestOffset")
+    end_raw = progress_field(source_progress, "endOffset")
+    latest_raw = progress_field(source_progress, "latestOffset")
     if not end_raw or not latest_raw:
         return None
     end = offset_codec.decode(_as_dict(end_raw)).positions
@@ -40,7 +40,8 @@ def lag_metrics(source_progress: Any) -> dict[str, float] | None:
     }
 
 
-def _field(progress: Any, name: str) -> Any:
+def progress_field(progress: Any, name: str) -> Any:
+    """Field ``name`` of a progress (or of one of its sources), object or dict form."""
     return progress.get(name) if isinstance(progress, dict) else getattr(progress, name, None)
 
 

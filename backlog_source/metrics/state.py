@@ -1,9 +1,9 @@
 """What the metrics say, kept from progress events: pure, no OpenTelemetry, no Spark.
 
 Which process: the user's driver program. :class:`BacklogMetrics` is fed by the session's
-listener (committed batches, terminated queries) and by the mode switches (adopted,
-switched), on their threads, and read by the exporter's collection thread; one lock guards
-it, held only around dictionary updates.
+listener (committed batches, terminated queries: :func:`source_reports` reads a progress
+event) and by what the mode switches report (adopted, switched), on their threads, and read
+by the exporter's collection thread; one lock guards it, held only around dictionary updates.
 
 Where each figure comes from (nothing is recomputed from Kafka here):
 
@@ -19,8 +19,9 @@ Where each figure comes from (nothing is recomputed from Kafka here):
 Counters count each batch once: a progress event for a batch id already counted (a query
 restarted on its checkpoint replays its last batch) adds nothing. A query is known by its
 id, which its checkpoint keeps: when a run terminates its series stop, and a new run of the
-same query (a restart-method switch, whose old run's termination may arrive before or after
-the switch is reported, or a restart by the user) continues them, counters included.
+same query (a restart-method switch, or a restart by the user) continues them, counters
+included. Which terminations to leave out (those of a run a restart-method switch replaced)
+is the feeder's rule, not this module's.
 
 A series keeps its attributes from its first export to its last (to a metrics backend,
 other attributes are another series). So every report that can make a query live (a batch
@@ -30,14 +31,19 @@ identifying it: a mode switch knows the name from the query's start, before any 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from backlog_source.core.buckets import Bucket
+from backlog_source.core.buckets import Bucket, from_nested
+from backlog_source.core.errors import OffsetFormatError
 from backlog_source.enumerator.state import SourceOffset
+from backlog_source.enumerator.state_codec import parse_reported
 from backlog_source.metrics import names
+from backlog_source.metrics.lag import progress_field
 from backlog_source.metrics.names import Instrument
 
 #: How many ended queries are remembered (a new run of one continues its counters).
@@ -59,6 +65,35 @@ class SourceReport:
     rows: int = 0
 
 
+def source_reports(progress: Any) -> tuple[SourceReport, ...]:
+    """What each ``format("backlog")`` source of a progress event reported: its batch's start
+    and end offsets, the latest offsets and the rows read. Takes a
+    ``StreamingQueryProgress`` or its dict form; None (no progress) reports nothing."""
+    reports = []
+    for source in progress_field(progress, "sources") or []:
+        end = parse_reported(progress_field(source, "endOffset"))
+        if end is None:
+            continue
+        reports.append(SourceReport(
+            end=end,
+            start=parse_reported(progress_field(source, "startOffset")),
+            latest=_latest_offsets(progress_field(source, "latestOffset")),
+            rows=int(progress_field(source, "numInputRows") or 0),
+        ))
+    return tuple(reports)
+
+
+def _latest_offsets(value: Any) -> dict:
+    """The ``latestOffset`` of a source's progress as buckets, or empty when there is none:
+    classic PySpark reports a missing one as the text ``"None"`` (``str()`` of a null), and
+    a figure missing must never cost the batch's other figures."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+        return from_nested(parsed, "latestOffset") if parsed else {}
+    except (ValueError, OffsetFormatError):
+        return {}
+
+
 @dataclass
 class _Source:
     pending: dict[Bucket, int] = field(default_factory=dict)
@@ -73,7 +108,6 @@ class _Source:
 @dataclass
 class _Query:
     ended: bool = False  # its run terminated: no series until a new run (or a restart switch) reports
-    run_id: str | None = None  # the run last seen committing, or started by a restart switch
     name: str | None = None
     last_batch_id: int = -1
     sources: dict[str, _Source] = field(default_factory=dict)
@@ -94,11 +128,10 @@ class BacklogMetrics:
     # -- fed by the listener and the switches ------------------------------------------
 
     def committed(self, query_id: str, query_name: str | None, batch_id: int,
-                  reports: tuple[SourceReport, ...], run_id: str | None = None) -> None:
-        """A batch of ``query_id`` (run ``run_id``) committed with these backlog sources."""
+                  reports: tuple[SourceReport, ...]) -> None:
+        """A batch of ``query_id`` committed with these backlog sources."""
         with self._lock:
             query = self._live(query_id, query_name)
-            query.run_id = run_id or query.run_id
             count = batch_id > query.last_batch_id
             query.last_batch_id = max(query.last_batch_id, batch_id)
             for report in reports:
@@ -111,24 +144,19 @@ class BacklogMetrics:
         with self._lock:
             self._live(query_id, query_name).mode = mode
 
-    def switched(self, query_id: str, query_name: str | None, mode: str, run_id: str | None = None) -> None:
-        """``query_id``'s trigger was switched to ``mode``; ``run_id``: the run a restart
-        switch started (the stopped run's termination, arriving after, then ends nothing)."""
+    def switched(self, query_id: str, query_name: str | None, mode: str) -> None:
+        """``query_id``'s trigger was switched to ``mode`` (its series go on, in a restart
+        switch's new run too)."""
         with self._lock:
             query = self._live(query_id, query_name)
-            query.run_id = run_id or query.run_id
             query.mode = mode
             query.switches[mode] = query.switches.get(mode, 0) + 1
 
-    def terminated(self, query_id: str, run_id: str | None = None) -> None:
-        """Run ``run_id`` of the query ended (stopped, failed, or stopped by a restart switch):
-        its series stop until a new run reports, unless a restart switch already reported the
-        run that replaced it. The :data:`MAX_ENDED` most recently ended queries are
-        remembered, the older ones forgotten."""
+    def terminated(self, query_id: str) -> None:
+        """The query's run ended (stopped or failed): its series stop until a new run
+        reports. The :data:`MAX_ENDED` most recently ended queries are remembered, the
+        older ones forgotten."""
         with self._lock:
-            known = self._queries.get(query_id)
-            if known is not None and run_id is not None and known.run_id is not None and known.run_id != run_id:
-                return  # a replaced run: the query runs on in its new run
             query = self._queries.pop(query_id, None)
             if query is None:
                 return

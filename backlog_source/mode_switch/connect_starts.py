@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backlog_source.core.durations import duration_ms
+from backlog_source.core.durations import duration_ms, processing_time
 from backlog_source.core.errors import ConfigError, ModeSwitchError
 from backlog_source.mode_switch.policy import restart_problem
 from backlog_source.mode_switch.writer_info import describe_writer
@@ -248,7 +248,7 @@ class ConnectStarts:
             writer = self._writers[str(query_id)]
 
         def start(interval_ms: int) -> Any:
-            return writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
+            return writer.trigger(processingTime=processing_time(interval_ms)).start()
 
         return start
 

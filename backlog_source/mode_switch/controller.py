@@ -25,49 +25,22 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from backlog_source.core.durations import duration_ms
+from backlog_source.core.durations import processing_time
 from backlog_source.core.errors import BacklogSourceError, ModeSwitchError
 from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.policy import SwitchPolicy
+from backlog_source.mode_switch.query_switch import QuerySwitch, SwitchObserver, Transition
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
-from backlog_source.mode_switch.session_metrics import SessionMetrics
-from backlog_source.mode_switch.switch_span import PendingSwitch, SwitchSpan
-from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod, TriggerSwitcher
+from backlog_source.mode_switch.switchers import RestartSwitcher, SwitchMethod
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """One switch.
-
-    ``batch_id``: the batch whose progress asked for it; ``at``: the decision (wall-clock
-    seconds); ``method``: how it was made; ``apply_seconds``: decision ->
-    the new interval applied (the field written, or the restarted query's ``start()``
-    returned); ``effective_seconds``: decision -> the start of the first trigger under the
-    new interval (None until that trigger is seen). In place, ``effective_seconds`` is the
-    wait already scheduled with the old interval plus the switch's own cost.
-    """
-
-    from_mode: Mode
-    to_mode: Mode
-    batch_id: int
-    at: float
-    method: SwitchMethod
-    apply_seconds: float
-    effective_seconds: float | None = None
-
-    @property
-    def restart_seconds(self) -> float:
-        """What the stop and start cost (0 for an in-place switch)."""
-        return self.apply_seconds if self.method is SwitchMethod.RESTART else 0.0
 
 
 @dataclass(frozen=True)
@@ -78,46 +51,67 @@ class Stop:
 Message = BatchCommitted | TriggerIdle | QueryTerminated | Stop
 
 
+class _History(SwitchObserver):
+    """The handle's transitions, each completed when it takes effect. Read from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._transitions: list[Transition] = []
+
+    @property
+    def transitions(self) -> list[Transition]:
+        with self._lock:
+            return list(self._transitions)
+
+    def switched(self, switch: QuerySwitch, transition: Transition | None, replaced_run: str | None) -> None:
+        if transition is not None:
+            with self._lock:
+                self._transitions.append(transition)
+
+    def took_effect(self, switch: QuerySwitch, transition: Transition) -> None:
+        pending = replace(transition, effective_seconds=None)
+        with self._lock:
+            self._transitions = [transition if t == pending else t for t in self._transitions]
+
+
 class ModeController:
     """The decisions of one backlog-aware query: its mode, when to switch, and how.
 
     Runs on one thread at a time (the handle's controller thread): :meth:`start` starts the
     query in ``initial_mode`` and takes the switcher from ``policy``; :meth:`attach` readies
-    it for the running query; :meth:`handle` acts on each message. ``mode``, ``transitions``,
-    ``query`` and ``switch_method`` may be read from any thread. ``clock`` (wall-clock
-    seconds) is injected so that tests drive the controller without sleeping.
+    it for the running query; :meth:`handle` acts on each message, handing the query's
+    batches to its :class:`~.query_switch.QuerySwitch` (the decision, the switch, its span,
+    the ``observers``). ``mode``, ``transitions``, ``query`` and ``switch_method`` may be
+    read from any thread. ``intervals_ms``: each mode's trigger interval
+    (:func:`~.query_switch.mode_intervals`); ``clock`` (wall-clock seconds) is injected so
+    that tests drive the controller without sleeping.
     """
 
     def __init__(
         self,
         writer: Any,
-        high_throughput_interval: str,
-        low_latency_interval: str,
+        intervals_ms: Mapping[Mode, int],
         policy: SwitchPolicy,
         *,
         initial_mode: Mode = Mode.HIGH_THROUGHPUT,
         settle_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
-        metrics: SessionMetrics | None = None,
+        observers: Sequence[SwitchObserver] = (),
     ) -> None:
-        """``metrics``: the session's metrics, told the mode and each switch (None: off)."""
+        """``observers``: told the query's mode and each switch (the session's metrics)."""
         self._writer = writer
-        self._metrics = metrics
-        self._intervals = {Mode.HIGH_THROUGHPUT: high_throughput_interval, Mode.LOW_LATENCY: low_latency_interval}
-        self._intervals_ms = {mode: duration_ms(f"{mode.value} interval", text, bare_number_unit=None)
-                              for mode, text in self._intervals.items()}
-        self._mode = initial_mode
+        self._intervals_ms = dict(intervals_ms)
+        self._initial_mode = initial_mode
         self._policy = policy
         self._settle_timeout_s = settle_timeout_s
         self._clock = clock
+        self._history = _History()
+        self._observers = (self._history, *observers)
         self._lock = threading.Lock()
-        self._transitions: list[Transition] = []
-        self._query: Any = None
+        self._query: Any = None  # the run this controller started last
         self._query_id: str | None = None
-        self._run_id: str | None = None
-        self._switcher: TriggerSwitcher | None = None
+        self._switch: QuerySwitch | None = None  # set by start(), before the controller thread runs
         self._stopping = False
-        self._pending_effect: tuple[PendingSwitch, Transition] | None = None  # the last switch, not in effect yet
         #: Why the controller ended: the query's failure or a switch that failed; None while
         #: it runs and after a stop.
         self.failure: BaseException | None = None
@@ -126,13 +120,11 @@ class ModeController:
 
     @property
     def mode(self) -> Mode:
-        with self._lock:
-            return self._mode
+        return self._initial_mode if self._switch is None else self._switch.mode
 
     @property
     def transitions(self) -> list[Transition]:
-        with self._lock:
-            return list(self._transitions)
+        return self._history.transitions
 
     @property
     def query(self) -> Any:
@@ -148,8 +140,8 @@ class ModeController:
 
     @property
     def switch_method(self) -> SwitchMethod:
-        assert self._switcher is not None, "start() first"
-        return self._switcher.method
+        assert self._switch is not None, "start() first"
+        return self._switch.method
 
     def stopping(self) -> None:
         """The handle is stopping: an attach still waiting gives up, no switch starts."""
@@ -163,16 +155,18 @@ class ModeController:
         with the reason). Returns as soon as the query started: nothing here waits for the
         query's plan or first batch. Raises what ``start()`` or the policy raise, with the
         query stopped again."""
+        mode = self._initial_mode
         try:
-            query = self._start_query(self._intervals_ms[self._mode])
-            self._switcher, reason = self._policy.choose(query, self._intervals_ms, self._restart_switcher)
+            query = self._start_query(self._intervals_ms[mode])
+            switcher, reason = self._policy.choose(query, self._intervals_ms, self._restart_switcher)
         except BaseException:
             self.stop_query()
             raise
-        if self._metrics is not None:
-            self._metrics.adopted(self._query_id, query.name, self._mode)
-        log.info("started in %s mode (trigger %s); mode switches are %s: %s", self._mode.value,
-                 self._intervals[self._mode], self._switcher.method.value, reason)
+        self._switch = QuerySwitch(query, str(query.id), str(query.runId), self._intervals_ms, mode, switcher,
+                                   query_name=query.name, clock=self._clock, observers=self._observers)
+        self._switch.announce()
+        log.info("started in %s mode (trigger %d ms); mode switches are %s: %s", mode.value,
+                 self._intervals_ms[mode], switcher.method.value, reason)
 
     def attach(self) -> bool:
         """Ready the switcher for the running query, before any message is handled (they
@@ -183,12 +177,12 @@ class ModeController:
         Where the running executor fails the in-place checks, the policy falls back to
         restarts or refuses; refused, the controller ends with the error in ``failure`` (the
         query keeps running in its first mode). False when the controller ended."""
-        assert self._switcher is not None, "start() first"
+        assert self._switch is not None, "start() first"
         try:
-            self._switcher.attach(self._mode, cancelled=lambda: self._stopping)
+            self._switch.switcher.attach(self._switch.mode, cancelled=lambda: self._stopping)
         except ModeSwitchError as exc:
             try:
-                self._switcher = self._policy.fall_back(exc, self._restart_switcher)
+                self._switch.switcher = self._policy.fall_back(exc, self._restart_switcher)
             except ModeSwitchError as refused:
                 self.failure = refused
                 log.error("%s", refused)
@@ -198,12 +192,14 @@ class ModeController:
     def handle(self, message: Message) -> bool:
         """Act on one message; False once the controller is done (stopped, the query
         terminated, or a switch failed: then ``failure`` says why)."""
-        log.debug("controller: %s (current run %s, mode %s)", message, self._run_id, self._mode.value)
+        switch = self._switch
+        assert switch is not None, "start() first"
+        log.debug("controller: %s (current run %s, mode %s)", message, switch.run_id, switch.mode.value)
         if isinstance(message, Stop):
             self.stop_query()
             self.end()
             return False
-        if message.query_id != self._query_id or message.run_id != self._run_id:
+        if not switch.follows(message):
             return True  # another query of the session, or a run replaced by a restart-method switch
         if isinstance(message, QueryTerminated):
             if self._stopping:
@@ -212,22 +208,20 @@ class ModeController:
             log.error("the query terminated%s; not restarting", f": {message.exception}" if message.exception else "")
             return False
         if isinstance(message, TriggerIdle):
-            self._note_trigger(message.at_ms, SwitchEndedBy.IDLE)
+            switch.idle(message)
             return True
-        self._note_trigger(message.trigger_started_ms, SwitchEndedBy.BATCH)
-        wanted = Mode.for_backlog(message.processing_backlog)
-        if wanted is not self._mode and not self._stopping:
-            try:
-                self._switch(wanted, message)
-            except BaseException as exc:  # a failed switch ends the handle, visibly
-                self.failure = exc
-                return False
+        try:
+            switch.committed(message, may_switch=not self._stopping)
+        except BaseException as exc:  # a failed switch ends the handle, visibly
+            self.failure = exc
+            return False
         return True
 
     def end(self) -> None:
         """Close a switch that has not taken effect yet (its span ends as stopped) and flush
         the spans of this process."""
-        self._end_pending_effect(SwitchEndedBy.STOP, self._clock())
+        if self._switch is not None:
+            self._switch.end(SwitchEndedBy.STOP)
         exporter.flush()
 
     def stop_query(self) -> None:
@@ -244,57 +238,13 @@ class ModeController:
     # -- inside -----------------------------------------------------------------------------
 
     def _start_query(self, interval_ms: int) -> Any:
-        query = self._writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
+        query = self._writer.trigger(processingTime=processing_time(interval_ms)).start()
         with self._lock:
-            self._query, self._query_id, self._run_id = query, str(query.id), str(query.runId)
+            self._query, self._query_id = query, str(query.id)
         return query
 
     def _restart_switcher(self) -> RestartSwitcher:
         return RestartSwitcher(self._query, self._intervals_ms, self._start_query, settle_timeout_s=self._settle_timeout_s)
-
-    def _switch(self, wanted: Mode, asked_by: BatchCommitted) -> None:
-        assert self._switcher is not None
-        decided = self._clock()
-        previous = self._mode
-        switched = self._switcher.switch(wanted)
-        target = switched.mode
-        if target is None or target is previous:
-            log.info("the flag flipped back before the switch took effect; staying in %s", previous.value)
-            return
-        applied = self._clock()
-        transition = Transition(previous, target, asked_by.batch_id, decided, self._switcher.method, applied - decided)
-        span = SwitchSpan(
-            phase_traceparent=asked_by.traceparent, decided_at=decided, from_mode=previous, to_mode=target,
-            method=transition.method, batch_id=transition.batch_id,
-            from_interval_s=self._intervals_ms[previous] / 1000, to_interval_s=self._intervals_ms[target] / 1000,
-            apply_seconds=transition.apply_seconds, restart_seconds=transition.restart_seconds,
-            query_id=str(switched.query.id), run_id=str(switched.query.runId))
-        with self._lock:
-            self._mode = target
-            self._transitions.append(transition)
-        if self._metrics is not None:
-            self._metrics.switched(self._query_id, switched.query.name, target, str(switched.query.runId))
-        self._end_pending_effect(SwitchEndedBy.STOP, applied)  # a switch before the last took effect
-        self._pending_effect = (PendingSwitch(int(applied * 1000), span), transition)
-        log.info("switched %s -> %s after batch %d (%s, %.3f s)", previous.value, target.value, asked_by.batch_id,
-                 self._switcher.method.value, applied - decided)
-
-    def _note_trigger(self, started_ms: int, ended_by: SwitchEndedBy) -> None:
-        """A trigger started at ``started_ms``: the first one after the switch was applied
-        is the first under the new interval, and ends the switch."""
-        if self._pending_effect is not None and self._pending_effect[0].in_effect_by(started_ms):
-            self._end_pending_effect(ended_by, started_ms / 1000)
-
-    def _end_pending_effect(self, ended_by: SwitchEndedBy, at: float) -> None:
-        if self._pending_effect is None:
-            return
-        pending, transition = self._pending_effect
-        self._pending_effect = None
-        effective = pending.end(ended_by, at)
-        with self._lock:
-            self._transitions = [
-                replace(t, effective_seconds=effective - t.at) if t is transition else t for t in self._transitions
-            ]
 
 
 class StopTimeoutError(ModeSwitchError, TimeoutError):

@@ -12,9 +12,9 @@ interval follows the ``processing_backlog`` flag, in place. Queries that read no
 :func:`~backlog_source.mode_switch.start_backlog_aware` handle follows is left to it.
 
 Which process: the user's driver program. The listener thread only queues messages; one
-daemon thread per installation (``backlog-mode-install``) adopts queries and switches them.
-Each switch is a ``backlog.mode_switch`` span (:mod:`.switch_span`), as a handle's, ended by
-the query's first trigger under the new interval.
+daemon thread per installation (``backlog-mode-install``) adopts queries; each adopted query
+is switched by its :class:`~.query_switch.QuerySwitch`, the object a handle switches with too
+(decision, switch, ``backlog.mode_switch`` span, observers).
 
 In place where the runtime allows it. Spark Connect's client holds no JVM objects, so there a
 query can only be switched by restart, and only when the user allowed it:
@@ -40,21 +40,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.core.tracing import exporter
 from backlog_source.core.tracing.names import SwitchEndedBy
 from backlog_source.mode_switch.connect_starts import ConnectStarts
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated, TriggerIdle
-from backlog_source.mode_switch.recent_runs import RecentRuns
+from backlog_source.mode_switch.query_switch import QuerySwitch, SwitchObserver, Transition, mode_intervals
+from backlog_source.mode_switch.recent_runs import RecentRuns, ReplacedRuns
 from backlog_source.mode_switch.session_listener import Attachment, SessionListener
-from backlog_source.mode_switch.session_metrics import SessionMetrics, session_metrics
-from backlog_source.mode_switch.switch_span import PendingSwitch, SwitchSpan
-from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, SwitchMethod
+from backlog_source.mode_switch.session_metrics import switch_observers
+from backlog_source.mode_switch.switchers import InPlaceSwitcher, RestartSwitcher, SwitchMethod, TriggerSwitcher
 
 log = logging.getLogger(__name__)
 
@@ -79,33 +78,44 @@ class _Stop:
     """Ends the installation's thread."""
 
 
+class _Replacements(SwitchObserver):
+    """Records the runs the installation's restart-method switches replaced."""
+
+    def __init__(self, replaced: ReplacedRuns) -> None:
+        self._replaced = replaced
+
+    def switched(self, switch: QuerySwitch, transition: Transition | None, replaced_run: str | None) -> None:
+        if replaced_run is not None:
+            self._replaced.add(replaced_run)
+
+
 class SessionModeSwitch:
     """The receiver :func:`install` attaches for every query of a session (see the module
-    docstring). ``adopted`` and ``skipped`` may be read from any thread."""
+    docstring): it finds the session's backlog queries and hands each adopted query's
+    messages to its :class:`~.query_switch.QuerySwitch` (as a ``start_backlog_aware``
+    handle does). ``adopted`` and ``skipped`` may be read from any thread."""
 
     def __init__(self, spark: Any, intervals_ms: Mapping[Mode, int], *,
                  session_listener: SessionListener | None = None,
                  switcher_of: Callable[[Any, Mapping[Mode, int]], Any] = InPlaceSwitcher.prepare,
-                 metrics: SessionMetrics | None = None, restarts: ConnectStarts | None = None,
+                 observers: Sequence[SwitchObserver] = (), restarts: ConnectStarts | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         """``session_listener``, ``switcher_of`` and ``clock`` (wall-clock seconds) are
-        replaced by unit tests only; ``metrics`` (None: off) is told each adopted query's
-        mode and each switch; ``restarts`` (None: in place only) knows how the queries it
-        recorded were started, and they are switched by restart."""
+        replaced by unit tests only; ``observers`` (the session's metrics) are told each
+        adopted query's mode and each switch; ``restarts`` (None: in place only) knows how
+        the queries it recorded were started, and they are switched by restart."""
         self._spark = spark
         self._restarts = restarts
         self._clock = clock
-        self._switch_spans: dict[str, PendingSwitch] = {}  # query id -> its switch not in effect yet
-        self._metrics = metrics
+        self._replaced = ReplacedRuns()  # runs a restart-method switch stopped (late events ignored)
+        self._observers = (_Replacements(self._replaced), *observers)
         self._intervals_ms = dict(intervals_ms)
         self._session_listener = session_listener or SessionListener.of(spark)
         self._switcher_of = switcher_of
         self._inbox: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
-        self._adopted: dict[str, Adopted] = {}
-        self._switchers: dict[str, Any] = {}
+        self._switches: dict[str, tuple[QuerySwitch, int]] = {}  # query id -> its switch, the interval adopted with
         self._skipped: RecentRuns[str] = RecentRuns()  # run id -> why that run is left as it runs
-        self._replaced: RecentRuns[None] = RecentRuns()  # runs a restart-method switch stopped (late events ignored)
         self._attachment: Attachment | None = None
         self._closing = threading.Event()  # uninstall(): no switch begins, one in its settle wait gives up
         self._thread = threading.Thread(target=self._run, name="backlog-mode-install", daemon=True)
@@ -113,7 +123,9 @@ class SessionModeSwitch:
     @property
     def adopted(self) -> dict[str, Adopted]:
         with self._lock:
-            return dict(self._adopted)
+            switches = dict(self._switches)
+        return {query_id: Adopted(switch.run_id, started_ms, switch.mode, dict(switch.intervals_ms), switch.method)
+                for query_id, (switch, started_ms) in switches.items()}
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -159,8 +171,10 @@ class SessionModeSwitch:
         while True:
             message = self._inbox.get()
             if isinstance(message, _Stop) or self._closing.is_set():
-                for query_id in list(self._switch_spans):
-                    self._end_switch_span(query_id, SwitchEndedBy.STOP, self._clock())
+                with self._lock:
+                    switches = [switch for switch, _ in self._switches.values()]
+                for switch in switches:
+                    switch.end(SwitchEndedBy.STOP)
                 if self._restarts is not None:
                     self._restarts.end()  # the user's stops need no more watching: no switch will come
                 exporter.flush()
@@ -174,64 +188,34 @@ class SessionModeSwitch:
         """One message, on the installation's thread (unit tests call it directly)."""
         if message.run_id in self._replaced:
             return  # a late event of a run a restart-method switch replaced
+        with self._lock:
+            found = self._switches.get(message.query_id)
+        switch = None if found is None else found[0]
         if isinstance(message, QueryTerminated):
+            if switch is None or not switch.follows(message):
+                return  # a run this installation never adopted
             with self._lock:
-                adopted = self._adopted.get(message.query_id)
-                if adopted is not None and adopted.run_id != message.run_id:
-                    return  # a run this installation replaced by a restart-method switch
-                self._adopted.pop(message.query_id, None)
-            self._switchers.pop(message.query_id, None)
-            self._end_switch_span(message.query_id, SwitchEndedBy.STOP, self._clock())
+                del self._switches[message.query_id]
+            switch.end(SwitchEndedBy.STOP)
             return
         if isinstance(message, TriggerIdle):
-            self._note_trigger(message.query_id, message.at_ms, SwitchEndedBy.IDLE)
+            if switch is not None and switch.follows(message):
+                switch.idle(message)
             return
         if not isinstance(message, BatchCommitted):
             return
-        query_id = message.query_id
-        self._note_trigger(query_id, message.trigger_started_ms, SwitchEndedBy.BATCH)
-        if self._session_listener.followed_alone(query_id):
-            return  # a start_backlog_aware handle switches it
-        with self._lock:
-            adopted = self._adopted.get(query_id)
-            skipped = message.run_id in self._skipped
-        if adopted is None or adopted.run_id != message.run_id:
-            if skipped:
+        handled = self._session_listener.followed_alone(message.query_id)  # a start_backlog_aware handle switches it
+        if switch is None or not switch.follows(message):
+            with self._lock:
+                skipped = message.run_id in self._skipped
+            if handled or skipped:
                 return
-            adopted = self._adopt(message)
-            if adopted is None:
+            switch = self._adopt(message)
+            if switch is None:
                 return
-        wanted = Mode.for_backlog(message.processing_backlog)
-        if wanted is adopted.mode:
-            return
-        switcher = self._switchers[query_id]
-        decided = self._clock()
-        switched = switcher.switch(wanted)
-        applied = self._clock()
-        if switched.mode is None:
-            return  # a restart found the query stopped, or its last batch calling for the mode it is in
-        wanted = switched.mode
-        run_id = str(switched.query.runId) if adopted.method is SwitchMethod.RESTART else adopted.run_id
-        if run_id != adopted.run_id:
-            self._replaced[adopted.run_id] = None
-        with self._lock:
-            self._adopted[query_id] = Adopted(run_id, adopted.started_interval_ms, wanted, adopted.intervals_ms,
-                                              adopted.method)
-        self._end_switch_span(query_id, SwitchEndedBy.STOP, applied)  # a switch before the last took effect
-        restart_seconds = applied - decided if adopted.method is SwitchMethod.RESTART else 0.0
-        span = SwitchSpan(
-            phase_traceparent=message.traceparent, decided_at=decided, from_mode=adopted.mode, to_mode=wanted,
-            method=adopted.method, batch_id=message.batch_id,
-            from_interval_s=adopted.intervals_ms.get(adopted.mode, adopted.started_interval_ms) / 1000,
-            to_interval_s=adopted.intervals_ms[wanted] / 1000, apply_seconds=applied - decided,
-            restart_seconds=restart_seconds, query_id=query_id, run_id=message.run_id)
-        self._switch_spans[query_id] = PendingSwitch(int(applied * 1000), span)
-        if self._metrics is not None:
-            self._metrics.switched(query_id, message.query_name, wanted, run_id)
-        log.info("install(): query %s switched %s to %s (%d ms trigger) after batch %d", query_id,
-                 adopted.method.value, wanted.value, adopted.intervals_ms[wanted], message.batch_id)
+        switch.committed(message, may_switch=not handled)
 
-    def _adopt(self, message: BatchCommitted) -> Adopted | None:
+    def _adopt(self, message: BatchCommitted) -> QuerySwitch | None:
         """Take a backlog query over: its running trigger executor, whatever interval the
         user gave it; None (and logged once) when it cannot be switched in place."""
         query_id = message.query_id
@@ -239,7 +223,7 @@ class SessionModeSwitch:
         if query is None:
             return None  # stopped meanwhile
         intervals_ms = self.intervals_for(message)
-        method = SwitchMethod.IN_PLACE
+        switcher: TriggerSwitcher
         if self._restarts is not None and self._restarts.knows(query_id):
             held_ms = self._restarts.interval_ms(query_id)
             if held_ms is None:
@@ -247,7 +231,6 @@ class SessionModeSwitch:
                 return None
             switcher = RestartSwitcher(query, intervals_ms, self._restarts.starter(query_id), swap=self._restarts,
                                        cancelled=self._closing.is_set)
-            method = SwitchMethod.RESTART
         else:
             try:
                 switcher = self._switcher_of(query, intervals_ms)
@@ -263,16 +246,18 @@ class SessionModeSwitch:
                 return None
         # The mode the query runs in now: the interval it holds, if it is one of ours.
         current = next((m for m, ms in intervals_ms.items() if ms == held_ms), None)
-        adopted = Adopted(message.run_id, held_ms, current if current is not None else _other(
-            Mode.for_backlog(message.processing_backlog)), intervals_ms, method)
-        self._switchers[query_id] = switcher
+        mode = current if current is not None else _other(Mode.for_backlog(message.processing_backlog))
+        switch = QuerySwitch(query, query_id, message.run_id, intervals_ms, mode, switcher, interval_ms=held_ms,
+                             query_name=message.query_name, clock=self._clock, observers=self._observers)
         with self._lock:
-            self._adopted[query_id] = adopted
-        if self._metrics is not None:
-            self._metrics.adopted(query_id, message.query_name, adopted.mode)
+            previous = self._switches.get(query_id)
+            self._switches[query_id] = (switch, held_ms)
+        if previous is not None:  # a new run its user started: the last switch of the old one ends with it
+            previous[0].end(SwitchEndedBy.STOP)
+        switch.announce()
         log.info("install(): query %s (trigger %d ms) now switches %s with its backlog", query_id, held_ms,
-                 method.value)
-        return adopted
+                 switcher.method.value)
+        return switch
 
     def _no_restart_because(self) -> str:
         """Why the installation does not fall back to a restart: restarts not allowed, or
@@ -283,23 +268,11 @@ class SessionModeSwitch:
         return ("; it was started before install(), or its writer cannot restart (no checkpointLocation, "
                 "a memory sink in append or update mode)")
 
-    def _note_trigger(self, query_id: str, started_ms: int, ended_by: SwitchEndedBy) -> None:
-        """The first trigger of ``query_id`` that started after its switch was applied runs
-        under the new interval: it ends the switch's span, as for a handle's switch."""
-        pending = self._switch_spans.get(query_id)
-        if pending is not None and pending.in_effect_by(started_ms):
-            self._end_switch_span(query_id, ended_by, started_ms / 1000)
-
-    def _end_switch_span(self, query_id: str, ended_by: SwitchEndedBy, at: float) -> None:
-        pending = self._switch_spans.pop(query_id, None)
-        if pending is not None:
-            pending.end(ended_by, at)
-
     def intervals_for(self, message: BatchCommitted) -> dict[Mode, int]:
         """The intervals a query switches between: the installation's, replaced by those its
         source sets with ``backlog.highThroughputInterval`` / ``backlog.lowLatencyInterval``
         (carried in the offset dict; the first backlog source that sets any decides)."""
-        own = next((r.end.intervals for r in message.sources if r.end.intervals is not None), None)
+        own = next((end.intervals for end in message.ends if end.intervals is not None), None)
         intervals = dict(self._intervals_ms)
         if own is not None:
             if own.high_throughput_ms is not None:
@@ -333,12 +306,10 @@ def install(spark: Any, high_throughput_interval: str = "0 seconds",
     :class:`~backlog_source.core.errors.ConfigError` for an interval that is not a duration,
     or for a bad ``OTEL_*`` setting. When the environment asks for OpenTelemetry metrics, the
     session's backlog metrics are exported too (:mod:`.session_metrics`)."""
-    intervals = {Mode.HIGH_THROUGHPUT: duration_ms("high_throughput_interval", high_throughput_interval,
-                                                   bare_number_unit=None),
-                 Mode.LOW_LATENCY: duration_ms("low_latency_interval", low_latency_interval, bare_number_unit=None)}
+    intervals = mode_intervals(high_throughput_interval, low_latency_interval)
     restarts = ConnectStarts(spark).begin() if allow_restart and is_connect(spark) else None
     try:
-        return SessionModeSwitch(spark, intervals, metrics=session_metrics(spark), restarts=restarts).start()
+        return SessionModeSwitch(spark, intervals, observers=switch_observers(spark), restarts=restarts).start()
     except BaseException:
         if restarts is not None:
             restarts.end()

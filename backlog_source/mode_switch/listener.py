@@ -7,19 +7,15 @@ listener only parses and hands a typed message to a :class:`MessageReceiver`.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from backlog_source.core.buckets import from_nested
-from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.text_enum import TextEnum
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.enumerator.state_codec import parse_reported
-from backlog_source.metrics.state import SourceReport
 
 
 class Mode(TextEnum):
@@ -37,7 +33,8 @@ class BatchCommitted:
     ``processing_backlog`` is whether backlog is left after it; ``trigger_started_ms`` is
     when its trigger started (Spark's progress timestamp); ``traceparent`` the context of
     the (current or last) backlog phase; ``query_name`` the query's name (None if it has
-    none); ``sources`` what each backlog source reported, for the metrics."""
+    none); ``ends`` each backlog source's end offset (the batch's), parsed; ``progress``
+    Spark's progress itself, for a receiver that reads more of it (the metrics)."""
 
     query_id: str
     run_id: str
@@ -46,7 +43,8 @@ class BatchCommitted:
     trigger_started_ms: int
     traceparent: str | None = None
     query_name: str | None = None
-    sources: tuple[SourceReport, ...] = ()
+    ends: tuple[SourceOffset, ...] = ()
+    progress: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -85,34 +83,6 @@ def backlog_offsets(progress: Any) -> list[SourceOffset]:
     return [offset for offset in offsets if offset is not None]
 
 
-def source_reports(progress: Any) -> tuple[SourceReport, ...]:
-    """What each ``format("backlog")`` source of the progress reported: its batch's start and
-    end offsets, the latest offsets and the rows read."""
-    reports = []
-    for source in _get(progress, "sources") or []:
-        end = parse_reported(_get(source, "endOffset"))
-        if end is None:
-            continue
-        reports.append(SourceReport(
-            end=end,
-            start=parse_reported(_get(source, "startOffset")),
-            latest=_latest_offsets(_get(source, "latestOffset")),
-            rows=int(_get(source, "numInputRows") or 0),
-        ))
-    return tuple(reports)
-
-
-def _latest_offsets(value: Any) -> dict:
-    """The ``latestOffset`` of a source's progress as buckets, or empty when there is none:
-    classic PySpark reports a missing one as the text ``"None"`` (``str()`` of a null), and
-    metrics must never cost the mode switch its message."""
-    try:
-        parsed = json.loads(value) if isinstance(value, str) else value
-        return from_nested(parsed, "latestOffset") if parsed else {}
-    except (ValueError, OffsetFormatError):
-        return {}
-
-
 def backlog_flag(progress: Any) -> bool | None:
     """True if some backlog source of this progress has backlog left after its batch, False
     if none has, None if the progress has no backlog source. Takes a
@@ -148,13 +118,13 @@ class BacklogModeListener(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:
         progress = event.progress
-        reports = source_reports(progress)
-        if reports:
+        ends = tuple(backlog_offsets(progress))
+        if ends:
             self._controller.receive(BatchCommitted(
                 str(progress.id), str(progress.runId), progress.batchId,
-                any(r.end.processing_backlog for r in reports), timestamp_ms(progress.timestamp),
-                next((r.end.trace.ids.traceparent for r in reports if r.end.trace is not None), None),
-                getattr(progress, "name", None) or None, reports,
+                any(end.processing_backlog for end in ends), timestamp_ms(progress.timestamp),
+                next((end.trace.ids.traceparent for end in ends if end.trace is not None), None),
+                getattr(progress, "name", None) or None, ends, progress,
             ))
 
     def onQueryIdle(self, event) -> None:

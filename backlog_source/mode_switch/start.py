@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from backlog_source.core.durations import duration_ms
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.tracing import exporter
 from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
 from backlog_source.mode_switch.listener import Mode
 from backlog_source.mode_switch.policy import SwitchPolicy
-from backlog_source.mode_switch.session_metrics import session_metrics
+from backlog_source.mode_switch.query_switch import mode_intervals
+from backlog_source.mode_switch.session_metrics import switch_observers
 from backlog_source.mode_switch.writer_info import WriterInfo, describe_writer, session_of
 
 
@@ -37,15 +37,14 @@ def start_backlog_aware(
     the intervals do not qualify. When the environment asks for OpenTelemetry metrics, the
     session's backlog metrics are exported too (:mod:`.session_metrics`).
     """
-    for name, text in (("high_throughput_interval", high_throughput_interval), ("low_latency_interval", low_latency_interval)):
-        duration_ms(name, text, bare_number_unit=None)  # raises ConfigError naming it
+    intervals_ms = mode_intervals(high_throughput_interval, low_latency_interval)
     exporter.validate_environment()
     info = describe_writer(writer)
     policy = SwitchPolicy.decide(switch_method, info)
     _check_writer(info)
     spark = session_of(writer)
-    controller = ModeController(writer, high_throughput_interval, low_latency_interval, policy,
-                                initial_mode=Mode.HIGH_THROUGHPUT, metrics=session_metrics(spark))
+    controller = ModeController(writer, intervals_ms, policy, initial_mode=Mode.HIGH_THROUGHPUT,
+                                observers=switch_observers(spark))
     return BacklogAwareQuery(controller, spark).start()
 
 

@@ -2,7 +2,7 @@
 first trigger under the new interval, a child of the backlog phase that caused it.
 
 Which process: the user's driver program (a handle's controller thread, or an installation's
-thread for queries `install` switches). Names are in
+thread for queries `install` switches, through their :mod:`.query_switch`). Names are in
 :mod:`backlog_source.core.tracing.names`.
 """
 
@@ -21,7 +21,10 @@ class SwitchSpan:
     seconds) to the first trigger under the new interval; a child of the backlog phase
     (``phase_traceparent``) that caused it, or the root of its own trace. Exported once, by
     :meth:`end`. Modes and method are recorded as their values (``"low-latency"``,
-    ``"in-place"``)."""
+    ``"in-place"``). ``run_id`` (``spark.query.run_id``) is the run that runs under the new
+    interval: the same run in place, the new run after a restart-method switch (the one a
+    reader of the trace finds in Spark's UI and logs from then on). Made in one place,
+    :class:`~.query_switch.QuerySwitch`, for handles and installations alike."""
 
     def __init__(self, *, phase_traceparent: str | None, decided_at: float, from_mode: Mode, to_mode: Mode,
                  method: SwitchMethod, batch_id: int, from_interval_s: float, to_interval_s: float, apply_seconds: float,

@@ -52,7 +52,7 @@ def main() -> None:
         def receive(self, message):
             if hasattr(message, "processing_backlog"):
                 self.flags.append([message.batch_id, message.processing_backlog, message.traceparent is not None])
-                plan = message.sources[0].end.plan if message.sources else None
+                plan = message.ends[0].plan if message.ends else None
                 if plan is not None:
                     self.plans.append([message.query_id, plan.bounded_by.value, plan.bytes])
 

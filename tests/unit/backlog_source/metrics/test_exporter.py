@@ -71,7 +71,7 @@ def test_a_known_backlog_arrives_as_named_points_with_units_and_attributes(otel_
         spark.post(progress(1, first, offset({0: 100, 1: 100}, {0: 1000, 1: 500},
                                              {"bounded_by": "bytes", "bytes": 3000, "budget_bytes": 3000}),
                             {"0": 1000, "1": 500}, rows=100))
-        metrics.adopted("q1", "orders-job", Mode.HIGH_THROUGHPUT)
+        metrics.metrics.adopted("q1", "orders-job", Mode.HIGH_THROUGHPUT.value)  # as a mode switch reports it
         assert metrics.export.flush()
         points = receiver.wait_for_points(lambda p: {i.name for i in names.ALL} - {names.MODE_SWITCHES.name}
                                           <= {x["name"] for x in p}, timeout=30)

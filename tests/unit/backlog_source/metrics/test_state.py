@@ -1,10 +1,13 @@
 """The backlog metrics' values, from committed batches of a known backlog (pure: no OTEL)."""
 
+from types import SimpleNamespace
+
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import BatchPlan, BoundedBy, PhaseTrace, SourceOffset
 from backlog_source.metrics import names
-from backlog_source.metrics.state import BacklogMetrics, SourceReport
+from backlog_source.metrics.state import BacklogMetrics, SourceReport, source_reports
+from tests.fakes import source
 
 A0, A1 = Bucket("orders", 0), Bucket("orders", 1)
 MODES = ("high-throughput", "low-latency")
@@ -118,19 +121,6 @@ def test_a_restart_switch_continues_the_querys_series_whichever_event_comes_firs
         assert values(m, names.MODE)[(None, None, "low-latency")] == 1.0
 
 
-def test_a_restart_switch_reported_before_the_stopped_runs_termination_keeps_the_series_visible():
-    """Under Connect the stopped run's termination arrives after the switch (which names the
-    new run): the query must not vanish from the metrics until its new run commits a batch."""
-    m = metrics()
-    m.committed("q", None, 3, (catch_up_batch(),), "run-1")
-    m.switched("q", None, "low-latency", "run-2")
-    m.terminated("q", "run-1")
-    assert values(m, names.MODE_SWITCHES) == {(None, None, "low-latency"): 1.0}
-    assert values(m, names.RECORDS_IN) == {(None, None, None): 200.0}
-    m.terminated("q", "run-2")  # the new run stopped by its user: the series end
-    assert m.observe(names.RECORDS_IN) == []
-
-
 def test_only_the_most_recently_ended_queries_are_remembered():
     from backlog_source.metrics.state import MAX_ENDED
 
@@ -150,10 +140,21 @@ def test_a_query_is_named_by_each_report_that_makes_it_live_from_its_start():
     m = metrics()
     m.adopted("q", "orders-job", "high-throughput")
     assert {attrs.get(names.QUERY_NAME) for _, attrs in m.observe(names.MODE)} == {"orders-job"}
-    m.committed("q", "orders-job", 0, (catch_up_batch(),), "run-1")
-    m.switched("q", "orders-job", "low-latency", "run-2")
-    m.terminated("q", "run-1")
-    m.committed("q", "orders-job", 1, (catch_up_batch(),), "run-2")
+    m.committed("q", "orders-job", 0, (catch_up_batch(),))
+    m.switched("q", "orders-job", "low-latency")
+    m.committed("q", "orders-job", 1, (catch_up_batch(),))
     observed = {instrument: [attrs for _, attrs in m.observe(instrument)] for instrument in names.ALL}
     assert all(observed.values())  # every metric has series
     assert {attrs.get(names.QUERY_NAME) for found in observed.values() for attrs in found} == {"orders-job"}
+
+
+def test_a_missing_or_malformed_latest_offset_costs_that_figure_only():
+    for latest in ("None", None, "not json", '{"t": "x"}'):
+        [report] = source_reports(SimpleNamespace(sources=[SimpleNamespace(
+            endOffset=source(True).endOffset, startOffset="None", latestOffset=latest, numInputRows=3)]))
+        assert report.latest == {} and report.start is None and report.rows == 3 and report.end.processing_backlog
+
+
+def test_a_progress_reports_its_backlog_sources_only():
+    assert source_reports(None) == ()
+    assert source_reports({"sources": [{"endOffset": '{"kafka": {"0": 5}}'}]}) == ()  # not ours

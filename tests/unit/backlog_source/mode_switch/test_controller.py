@@ -17,6 +17,7 @@ from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener
 from backlog_source.mode_switch.controller import ModeController, StopTimeoutError
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated
+from backlog_source.mode_switch.query_switch import mode_intervals
 from backlog_source.mode_switch.session_listener import SessionListener
 from tests.fakes import (
     ChosenPolicy,
@@ -36,6 +37,7 @@ from tests.fakes import (
 )
 
 T0 = 1_800_000_000.0  # the fake wall clock's start, seconds
+INTERVALS = mode_intervals("0 seconds", "1 second")
 
 
 class Harness:
@@ -48,7 +50,7 @@ class Harness:
         self.writer = FakeWriter()
         self.policy = ChosenPolicy(method, **({"in_place": in_place} if in_place else {}), **policy)
         self.switchers = self.policy.made
-        self.controller = ModeController(self.writer, "0 seconds", "1 second", self.policy, clock=self.clock,
+        self.controller = ModeController(self.writer, INTERVALS, self.policy, clock=self.clock,
                                          settle_timeout_s=0)
         self.controller.start()
         self.attached = self.controller.attach()
@@ -169,7 +171,7 @@ def test_messages_about_another_query_are_ignored():
 
 def test_the_handle_ends_with_the_querys_failure_and_detaches_leaving_the_session_listener_registered():
     writer = FakeWriter()
-    handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", ChosenPolicy()), writer._spark).start()
+    handle = BacklogAwareQuery(ModeController(writer, INTERVALS, ChosenPolicy()), writer._spark).start()
     query = handle.query
     query.failure = RuntimeError("boom in batch 3")
     listener = writer._spark.listeners[0]
@@ -185,7 +187,7 @@ def test_the_listener_callback_never_blocks_even_during_a_slow_switch():
     release, entered = threading.Event(), threading.Event()
 
     policy = ChosenPolicy(in_place=lambda query, intervals: HeldSwitcher(query, intervals, release, entered))
-    controller = ModeController(writer, "0 seconds", "1 second", policy)
+    controller = ModeController(writer, INTERVALS, policy)
     handle = BacklogAwareQuery(controller, writer._spark).start()
     try:
         query = handle.query
@@ -262,7 +264,7 @@ class ConnectSession:
     def start(self):
         writer = FakeConnectWriter(self.session)
         policy = ChosenPolicy("restart", connect=True)
-        handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", policy, settle_timeout_s=0),
+        handle = BacklogAwareQuery(ModeController(writer, INTERVALS, policy, settle_timeout_s=0),
                                    self.session).start()
         return handle, writer, policy
 
@@ -296,7 +298,7 @@ class ClassicSession:
         writer = FakeWriter()
         writer._spark = self.spark
         policy = ChosenPolicy("in-place", in_place=SignallingSwitcher)
-        handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", policy), self.spark).start()
+        handle = BacklogAwareQuery(ModeController(writer, INTERVALS, policy), self.spark).start()
         return handle, writer, policy
 
     def post(self, event):
@@ -390,7 +392,7 @@ def test_stop_gives_up_in_time_when_the_querys_stop_does_not_return(caplog):
     """A query whose stop() never returns (a batch that cannot be interrupted): the wait is
     bounded, and the error and the log say where the controller thread is."""
     writer = FakeWriter()
-    handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", ChosenPolicy()), writer._spark).start()
+    handle = BacklogAwareQuery(ModeController(writer, INTERVALS, ChosenPolicy()), writer._spark).start()
     release, entered = threading.Event(), threading.Event()
     handle.query.stop = lambda: (entered.set(), release.wait(WAIT_S))
     try:
@@ -409,7 +411,7 @@ def test_stop_stops_the_query_in_time_after_the_controller_ended_first():
     is bounded too)."""
     writer = FakeWriter()
     policy = ChosenPolicy(in_place=RefusedAttach, restart_refused="the memory sink cannot restart")
-    handle = BacklogAwareQuery(ModeController(writer, "0 seconds", "1 second", policy), writer._spark).start()
+    handle = BacklogAwareQuery(ModeController(writer, INTERVALS, policy), writer._spark).start()
     with pytest.raises(ModeSwitchError):
         handle.await_termination(WAIT_S)
     query = handle.query

@@ -13,6 +13,7 @@ from backlog_source.mode_switch import connect_starts
 from backlog_source.mode_switch.connect_starts import ConnectStarts
 from backlog_source.mode_switch.install import SessionModeSwitch, install
 from backlog_source.mode_switch.listener import BatchCommitted, Mode, QueryTerminated
+from backlog_source.mode_switch.query_switch import SwitchObserver
 from backlog_source.mode_switch.session_listener import SessionListener
 from tests.fakes import FakeInPlaceSwitcher, FakeQuery, FakeSpark
 
@@ -114,18 +115,18 @@ def test_intervals_must_be_durations():
 
 
 def test_the_session_metrics_hear_each_adopted_mode_and_switch():
-    class Metrics:
+    class Metrics(SwitchObserver):
         def __init__(self):
             self.calls = []
 
-        def adopted(self, query_id, query_name, mode):
-            self.calls.append(("adopted", query_id, mode))
+        def adopted(self, switch):
+            self.calls.append(("adopted", switch.query_id, switch.mode))
 
-        def switched(self, query_id, query_name, mode, run_id=None):
-            self.calls.append(("switched", query_id, mode))
+        def switched(self, switch, transition, replaced_run):
+            self.calls.append(("switched", switch.query_id, transition.to_mode))
 
     spark, metrics = FakeSpark(), Metrics()
-    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), metrics=metrics,
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), observers=(metrics,),
                                switcher_of=lambda query, intervals: FakeInPlaceSwitcher(query, intervals))
     q = query(spark, "orders", 0)  # already at the high-throughput interval
     switch.handle(committed(q, 0, True))
@@ -135,7 +136,6 @@ def test_the_session_metrics_hear_each_adopted_mode_and_switch():
 
 def test_a_query_whose_source_sets_its_own_intervals_switches_between_those():
     from backlog_source.enumerator.state import SourceOffset, TriggerIntervals
-    from backlog_source.metrics.state import SourceReport
 
     spark = FakeSpark()
     switch, _ = installed(spark)
@@ -143,7 +143,7 @@ def test_a_query_whose_source_sets_its_own_intervals_switches_between_those():
 
     def batch(q, batch_id, backlog):
         end = SourceOffset("s", {}, intervals=TriggerIntervals(None, 5_000))
-        return BatchCommitted(q.id, q.runId, batch_id, backlog, 0, sources=(SourceReport(end=end),))
+        return BatchCommitted(q.id, q.runId, batch_id, backlog, 0, ends=(end,))
 
     switch.handle(batch(own, 0, True))
     switch.handle(batch(own, 1, False))

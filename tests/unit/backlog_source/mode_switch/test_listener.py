@@ -24,18 +24,10 @@ def test_listener_sends_typed_messages_from_recorded_progress_events():
     assert (first.batch_id, first.processing_backlog, first.traceparent) == (0, True, PHASE)
     assert first.trigger_started_ms % 60_000 == 1500
     assert (second.batch_id, second.processing_backlog, third.batch_id, third.processing_backlog) == (1, True, 3, False)
+    assert [end.processing_backlog for end in second.ends] == [False, True] and second.progress.batchId == 1
     assert isinstance(idle, TriggerIdle) and isinstance(done, QueryTerminated) and done.exception is None
 
 
 def test_backlog_flag_of_a_progress_without_backlog_sources_is_none():
     assert backlog_flag(SimpleNamespace(sources=[])) is None
     assert backlog_flag(SimpleNamespace(sources=[source(raw="not json")])) is None
-
-
-def test_a_missing_or_malformed_latest_offset_costs_the_metrics_not_the_message():
-    from backlog_source.mode_switch.listener import source_reports
-
-    for latest in ("None", None, "not json", '{"t": "x"}'):
-        [report] = source_reports(SimpleNamespace(sources=[SimpleNamespace(
-            endOffset=source(True).endOffset, startOffset="None", latestOffset=latest, numInputRows=3)]))
-        assert report.latest == {} and report.start is None and report.rows == 3 and report.end.processing_backlog

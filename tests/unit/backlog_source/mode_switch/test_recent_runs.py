@@ -1,6 +1,6 @@
 import pytest
 
-from backlog_source.mode_switch.recent_runs import RecentRuns
+from backlog_source.mode_switch.recent_runs import RecentRuns, ReplacedRuns
 
 
 def test_keeps_the_newest_runs_only():
@@ -23,3 +23,10 @@ def test_setting_a_run_again_makes_it_the_newest():
 def test_a_limit_below_one_is_refused():
     with pytest.raises(ValueError, match="limit must be at least 1"):
         RecentRuns(limit=0)
+
+
+def test_replaced_runs_are_the_newest_only():
+    replaced = ReplacedRuns(limit=2)
+    for run_id in ("a", "b", "c"):
+        replaced.add(run_id)
+    assert "a" not in replaced and "b" in replaced and "c" in replaced

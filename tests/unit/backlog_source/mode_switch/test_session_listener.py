@@ -19,6 +19,7 @@ from pyspark.sql.connect.streaming.query import StreamingQueryListenerBus
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch import BacklogModeListener
 from backlog_source.mode_switch.controller import BacklogAwareQuery, ModeController
+from backlog_source.mode_switch.query_switch import mode_intervals
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated, TriggerIdle
 from backlog_source.mode_switch.session_listener import SessionListener
 from tests.fakes import (
@@ -115,8 +116,8 @@ def test_the_handle_stops_where_the_old_shape_hangs_and_never_removes_the_listen
     stop() returns in time, because it detaches instead of removing the listener; the event
     thread then delivers them to nobody and is never stuck."""
     s = Listening()
-    handle = BacklogAwareQuery(ModeController(s.writer, "0 seconds", "1 second", ChosenPolicy("restart", connect=True)),
-                               s.session).start()
+    controller = ModeController(s.writer, mode_intervals("0 seconds", "1 second"), ChosenPolicy("restart", connect=True))
+    handle = BacklogAwareQuery(controller, s.session).start()
     query = handle.query
     s.bus.hold()
     s.bus.server_post(idle_event(query, 1000))  # low-latency events keep coming

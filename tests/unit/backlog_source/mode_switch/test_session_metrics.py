@@ -6,6 +6,7 @@ metrics backend takes a series whose attributes changed for two series)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,9 @@ from backlog_source.mode_switch.controller import ModeController
 from backlog_source.mode_switch.install import SessionModeSwitch
 from backlog_source.mode_switch.listener import BacklogModeListener, BatchCommitted, Mode, QueryTerminated
 from backlog_source.mode_switch.session_listener import SessionListener
+from backlog_source.mode_switch.query_switch import Transition
 from backlog_source.mode_switch.session_metrics import SessionMetrics
+from backlog_source.mode_switch.switchers import SwitchMethod
 from tests.fakes import (
     ChosenPolicy,
     FakeClock,
@@ -29,6 +32,7 @@ from tests.fakes import (
 )
 
 NAME = "orders-job"
+INTERVALS = {Mode.HIGH_THROUGHPUT: 0, Mode.LOW_LATENCY: 1_000}
 
 
 def session_metrics() -> SessionMetrics:
@@ -71,8 +75,8 @@ def assert_named_and_continued(history: list[set[tuple[str, frozenset]]]) -> Non
 def test_a_handles_named_query_is_named_on_every_series_from_its_start(method):
     metrics = session_metrics()
     writer = FakeWriter().queryName(NAME)
-    controller = ModeController(writer, "0 seconds", "1 second", ChosenPolicy(method), clock=FakeClock(),
-                                settle_timeout_s=0, metrics=metrics)
+    controller = ModeController(writer, INTERVALS, ChosenPolicy(method), clock=FakeClock(), settle_timeout_s=0,
+                                observers=(metrics,))
     controller.start()
     assert controller.attach()
     history = [exported(metrics)]  # an export before the first batch commits
@@ -100,8 +104,7 @@ def test_a_handles_named_query_is_named_on_every_series_from_its_start(method):
 def test_an_installations_named_query_is_named_from_its_adoption_whatever_the_metrics_heard_first():
     metrics = session_metrics()
     spark = FakeSpark()
-    switch = SessionModeSwitch(spark, {Mode.HIGH_THROUGHPUT: 0, Mode.LOW_LATENCY: 1_000},
-                               session_listener=SessionListener(), metrics=metrics,
+    switch = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(), observers=(metrics,),
                                switcher_of=lambda query, intervals: FakeInPlaceSwitcher(query, intervals))
     query = FakeQuery(spark, 0, name=NAME)
     spark.queries[query.id] = query
@@ -117,3 +120,22 @@ def test_an_installations_named_query_is_named_from_its_adoption_whatever_the_me
     history.append(exported(metrics))
     assert names.MODE_SWITCHES.name in {metric for metric, _ in history[-1]}
     assert_named_and_continued(history)
+
+
+def test_a_replaced_runs_late_messages_change_no_series():
+    """Under Connect the stopped run's termination arrives after the switch (which names the
+    run it replaced): the query must not vanish from the metrics until its new run commits a
+    batch, and a late batch of the replaced run counts nothing."""
+    metrics = session_metrics()
+    query = FakeQuery(FakeSpark(), 0, name=NAME)
+    metrics.receive(committed(query, 0, processing_backlog=True))
+    switch = SimpleNamespace(query_id=query.id, query_name=NAME, mode=Mode.LOW_LATENCY)  # what a QuerySwitch shows
+    old_run = query.runId
+    metrics.switched(switch, Transition(Mode.HIGH_THROUGHPUT, Mode.LOW_LATENCY, 0, 0.0, SwitchMethod.RESTART, 1.0),
+                     old_run)
+    metrics.receive(QueryTerminated(query.id, old_run, None))
+    metrics.receive(BatchCommitted(query.id, old_run, 1, True, 0))
+    assert {v for v, _ in metrics.metrics.observe(names.RECORDS_IN)} == {3.0}
+    assert {v for v, _ in metrics.metrics.observe(names.MODE_SWITCHES)} == {1.0}
+    metrics.receive(QueryTerminated(query.id, "run-2", None))  # the new run stopped by its user: the series end
+    assert not exported(metrics)
