@@ -10,7 +10,14 @@ from backlog_source.core.buckets import Bucket, from_nested, to_nested
 from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator import state_codec as offset_codec
-from backlog_source.enumerator.state import BatchPlan, BoundedBy, OpenBucket, PhaseTrace, SourceOffset
+from backlog_source.enumerator.state import (
+    BatchPlan,
+    BoundedBy,
+    OpenBucket,
+    PhaseTrace,
+    SourceOffset,
+    TriggerIntervals,
+)
 from backlog_source.enumerator.state_codec import parse_reported
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "offsets"
@@ -57,10 +64,11 @@ def test_processing_backlog_is_derived_from_the_pending_boundaries():
 
 
 def test_every_released_version_is_read_forever():
-    """One stored offset of each released version (tests/fixtures/offsets, written by that
-    release against the embedded broker); a new version must keep reading them."""
+    """Stored offsets of each released version (tests/fixtures/offsets, written by that
+    release: version 1 against the embedded broker, version 2 by its encoder); a new version
+    must keep reading them."""
     read = {path.stem: offset_codec.decode(json.loads(path.read_text())) for path in sorted(FIXTURES.glob("*.json"))}
-    assert {name.split("-")[0] for name in read} == {"v1"}
+    assert {name.split("-")[0] for name in read} == {"v1", "v2"}
     mid = read["v1-mid-backlog"]
     assert mid.processing_backlog and mid.pending == {O0: 10001, O1: 10001} and mid.finishing == {}
     assert mid.positions == {O0: 6000, O1: 6000} and mid.trace.bucket_count == 2
@@ -71,6 +79,27 @@ def test_every_released_version_is_read_forever():
     assert reached.snapshot is not None and reached.snapshot.pending == {}
     done = read["v1-caught-up"]
     assert not done.processing_backlog and done.event_counts["handled"] == 2 and done.events_position == 2
+    # Version 2 (written up to release 0.3.0), by that release's encoder: a catch-up planned
+    # by its enumerator under a byte budget, its last batch, and every optional field at once.
+    mid2 = read["v2-mid-catch-up"]
+    assert mid2.processing_backlog and mid2.pending == {O0: 10_000, O1: 600} and mid2.finishing == {}
+    assert mid2.plan == BatchPlan(BoundedBy.BYTES, 2_096_000, 2 << 20, 1_048_000.0)
+    assert mid2.trace.batches == 2 and mid2.trace.bounded_by == (BoundedBy.BYTES,) and mid2.trace.budget_bytes == 2 << 20
+    assert mid2.intervals == TriggerIntervals(None, 5_000) and mid2.topic_ids == {"orders": "b3JkZXJzLXRvcGljLWlk"}
+    last = read["v2-last-catch-up-batch"]
+    assert not last.processing_backlog and last.pending == {} and last.finishing == {O0: 10_000, O1: 600}
+    assert last.boundaries == {O0: 10_000, O1: 600} and last.plan.bounded_by is BoundedBy.AVAILABLE
+    every = read["v2-every-field"]
+    clicks = Bucket("clicks", 0)
+    assert every.pending == {O1: 9_000, clicks: 3_000} and every.finishing == {O0: 12_000}
+    assert every.starts == {clicks: 0} and every.events_position == 17
+    assert (every.event_counts["handled"], every.event_counts["duplicate"], every.event_counts["malformed"],
+            every.event_counts["finished_by_position"], every.event_counts["stale"]) == (3, 1, 1, 1, 0)
+    assert every.snapshot.pending == {clicks: ("data/clicks/0/part-0.parquet", "data/clicks/0/part-1.parquet")}
+    assert every.trace.bounded_by == (BoundedBy.BYTES, BoundedBy.RECORDS) and every.trace.buckets[O1].boundary == 9_000
+    assert every.intervals == TriggerIntervals(0, 5_000) and every.plan.bytes_per_s == 41_000_000.0
+    plain = read["v2-caught-up"]
+    assert not plain.processing_backlog and plain.trace is None and plain.snapshot is None and plain.intervals is None
     for offset in read.values():  # what this release writes for them reads back the same
         assert offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset)))) == offset
 
