@@ -1,8 +1,8 @@
 """Backlog boundaries: when a bucket enters backlog, reaches its boundary and leaves it.
 
-Pure: no Kafka, no clock. The state lives in the offset dict (``backlog``, ``finishing``,
-``event_counts``), so a query restored mid-backlog has exactly the boundaries it recorded;
-this module only computes the next state from the last.
+Pure: no Kafka, no clock. The state lives in the offset (``SourceOffset.backlog``, the
+offset dict's ``backlog`` object), so a query restored mid-backlog has exactly the
+boundaries it recorded; this module only computes the next state from the last.
 
 Rules (after Fluss #2509 / FLIP-309, without the gaps of Fluss PR #2510):
 
@@ -39,15 +39,15 @@ def record_boundaries(start: Mapping[Bucket, int], log_end: Mapping[Bucket, int]
     return {b: log_end[b] for b in buckets if b in log_end and b in start and log_end[b] > start[b]}
 
 
-def restart_boundaries(state: BacklogState, positions: Mapping[Bucket, int], log_end: Mapping[Bucket, int]) -> dict[Bucket, int]:
+def restart_boundaries(backlog: BacklogState, positions: Mapping[Bucket, int], log_end: Mapping[Bucket, int]) -> dict[Bucket, int]:
     """A restart on an existing checkpoint is a new backlog phase: every bucket behind its
     log end, however little, and not tracked already gets its log end as boundary. A lag
     that the first batch reads completely is a phase of that one batch."""
-    return {b: o for b, o in record_boundaries(positions, log_end, positions).items() if b not in state.boundaries}
+    return {b: o for b, o in record_boundaries(positions, log_end, positions).items() if b not in backlog.boundaries}
 
 
 def reentry_boundaries(
-    state: BacklogState,
+    backlog: BacklogState,
     positions: Mapping[Bucket, int],
     log_end: Mapping[Bucket, int],
     reenter_lag: int | None,
@@ -60,7 +60,7 @@ def reentry_boundaries(
     everything in both modes, so a lag is always absorbed and re-entry could change nothing
     but the trigger interval).
     """
-    if reenter_lag is None or state.boundaries or one_batch_records is None:
+    if reenter_lag is None or backlog.boundaries or one_batch_records is None:
         return {}
     total = sum(lag(positions, log_end).values())
     if total <= max(reenter_lag, one_batch_records):

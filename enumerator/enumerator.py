@@ -4,7 +4,7 @@ Which process: the Python worker Spark starts on the driver for the stream reade
 keeps that worker for the life of the query run and calls ``initialOffset``,
 ``latestOffset``, ``partitions`` and ``commit`` on one object, so in-memory state here lives
 as long as the run; anything that must survive a restart is in the offset dict
-(:class:`~backlog_source.enumerator.state_codec.SourceOffset`).
+(:class:`~backlog_source.enumerator.state.SourceOffset`, encoded by :mod:`.state_codec`).
 
 :meth:`Enumerator.latest_offset` is a chain of named steps, each returning new values:
 
@@ -71,7 +71,7 @@ class Settled:
     """Step 1's result: the backlog state after the last committed batch, and the record
     sizes its readers reported (per topic; empty unless it was a budgeted catch-up batch)."""
 
-    state: BacklogState
+    backlog: BacklogState
     finishes: dict[Bucket, Finish]
     events_position: int
     sizes_read: dict[str, TopicSizes] = field(default_factory=dict)
@@ -98,7 +98,7 @@ class Plan:
     it was sized."""
 
     end: dict[Bucket, int]
-    state: BacklogState
+    backlog: BacklogState
     batch: BatchPlan
 
 
@@ -172,7 +172,7 @@ class Enumerator:
         pending.update({b: positions[b] for b in start.snapshot_only})
         self._log_boundaries(source_id, pending, positions)
         trace, _ = advance(None, source_id, pending, {}, positions, self._now_ms())
-        return SourceOffset(source_id=source_id, positions=positions, pending=pending,
+        return SourceOffset(source_id=source_id, positions=positions, backlog=BacklogState(pending),
                             events_position=events_position, trace=trace, snapshot=start.snapshot,
                             topic_ids=covered.topic_ids, intervals=self._intervals())
 
@@ -204,8 +204,8 @@ class Enumerator:
         with step_timings.step("driver.refresh"):
             view = self._refresh(start)
         with step_timings.step("driver.plan"):
-            state = self._enter_backlog(start, settled.state, view, restart)
-            plan = self._plan(start, view, state, budget, settled.sizes_read)
+            backlog = self._enter_backlog(start, settled.backlog, view, restart)
+            plan = self._plan(start, view, backlog, budget, settled.sizes_read)
             return self._offset(start, settled, view, plan)
 
     def prepare_for_available_now(self) -> None:
@@ -232,22 +232,21 @@ class Enumerator:
         sizes (its readers report what they read), once per ``start``."""
         if self._settled is not None and self._settled[0] == start:
             return self._settled[1]
-        state = BacklogState(dict(start.pending), dict(start.finishing), start.event_counts)
         messages, events_position = [], start.events_position
         unread = start.snapshot.pending if start.snapshot else {}
         committed = {b: o for b, o in start.positions.items() if b not in unread}
         reported = start.plan is not None and start.plan.bytes is not None
-        if self._control is not None and (reported or start.finishing
-                                          or any(committed.get(b, -1) >= o for b, o in start.pending.items())):
+        if self._control is not None and (reported or start.backlog.finishing
+                                          or any(committed.get(b, -1) >= o for b, o in start.backlog.pending.items())):
             read = self._control.read_from(start.events_position)
             messages, events_position = read.values, read.next_position
         messages, sizes_read = split_size_reports(messages, start.source_id)
-        state, finishes = state.settle(messages, start.source_id, committed)
+        backlog, finishes = start.backlog.settle(messages, start.source_id, committed)
         for bucket, finish in finishes.items():
             how = "its BacklogFinishEvent" if finish.by is FinishedBy.EVENT else (
                 "its committed position (the event was lost or late)")
             log.info("%s finished its backlog (boundary %d), by %s", bucket, start.boundaries[bucket], how)
-        settled = Settled(state, finishes, events_position, sizes_read)
+        settled = Settled(backlog, finishes, events_position, sizes_read)
         self._settled = (start, settled)
         return settled
 
@@ -382,18 +381,18 @@ class Enumerator:
 
     # ---------------------------------------------------------------- step 3: enter backlog
 
-    def _enter_backlog(self, start: SourceOffset, state: BacklogState, view: View, restart: bool) -> BacklogState:
+    def _enter_backlog(self, start: SourceOffset, backlog: BacklogState, view: View, restart: bool) -> BacklogState:
         """Record boundaries for buckets that (re)start, for every lagging bucket on a
         restart, and on re-entry; a recorded boundary never moves."""
         if self._control is None:
-            return state
-        state = state.without(view.gone | view.starts.keys())
+            return backlog
+        backlog = backlog.without(view.gone | view.starts.keys())
         fresh = record_boundaries(view.read_from, view.latest, view.starts)
         if restart:
-            fresh.update(restart_boundaries(state, view.read_from, view.latest))
+            fresh.update(restart_boundaries(backlog, view.read_from, view.latest))
             if fresh:
                 log.info("restarted on an existing checkpoint behind the log end: a new backlog phase")
-        entered = state.with_boundaries(fresh)
+        entered = backlog.with_boundaries(fresh)
         reentry = reentry_boundaries(entered, view.read_from, view.latest, self._settings.backlog_reenter_lag,
                                      ReadBudget.from_settings(self._settings).one_batch_records)
         if reentry:
@@ -406,18 +405,18 @@ class Enumerator:
 
     # ---------------------------------------------------------------- step 4: plan
 
-    def _plan(self, start: SourceOffset, view: View, state: BacklogState, budget: ReadBudget,
+    def _plan(self, start: SourceOffset, view: View, backlog: BacklogState, budget: ReadBudget,
               sizes_read: Mapping[str, TopicSizes]) -> Plan:
         target = view.latest
         if self._available_now_target is not None:
             # Never past what existed when the run started (verified to still exist).
             target = {b: min(view.latest[b], self._available_now_target.get(b, view.read_from[b])) for b in view.read_from}
             target = {b: max(target[b], view.read_from[b]) for b in view.read_from}
-        end, batch = self._apply_budget(start, view.read_from, target, budget.for_state(state.processing_backlog),
+        end, batch = self._apply_budget(start, view.read_from, target, budget.for_state(backlog.processing_backlog),
                                         sizes_read)
         # A batch reads every snapshot still pending at its start (see partitions()), so a
         # snapshot-only bucket reaches its boundary (its log offset) in the first batch.
-        return Plan(end, state.plan(end), batch)
+        return Plan(end, backlog.plan(end), batch)
 
     def _apply_budget(self, start: SourceOffset, read_from: Mapping[Bucket, int], target: Mapping[Bucket, int],
                       budget: ReadBudget, sizes_read: Mapping[str, TopicSizes]) -> tuple[dict[Bucket, int], BatchPlan]:
@@ -489,7 +488,7 @@ class Enumerator:
         """The next offset, or ``start`` when the batch would read nothing: no batch without
         records, as in Spark (a state change that arrives without data is carried by the
         next batch with data; its spans are exported now)."""
-        trace, finished_spans = advance(start.trace, start.source_id, plan.state.boundaries, settled.finishes,
+        trace, finished_spans = advance(start.trace, start.source_id, plan.backlog.boundaries, settled.finishes,
                                         view.read_from, self._now_ms())
         self._spans.export(finished_spans)
         snapshot_unread = bool(start.snapshot and start.snapshot.pending)
@@ -498,17 +497,15 @@ class Enumerator:
         if trace is not None and trace.open:
             trace = trace.counted(plan.batch)  # a batch of the open backlog phase
         events_position = settled.events_position
-        if plan.state.finishing and self._control is not None:
+        if plan.backlog.finishing and self._control is not None:
             # The events of this batch's readers are published after this point.
             events_position = max(events_position, self._control.log_end())
         return SourceOffset(
             source_id=start.source_id,
             positions=plan.end,
+            backlog=plan.backlog,
             starts=view.starts,
-            pending=plan.state.pending,
-            finishing=plan.state.finishing,
             events_position=events_position,
-            event_counts=plan.state.counts,
             trace=trace,
             # This batch reads every snapshot still pending (see partitions()).
             snapshot=replace(start.snapshot, pending={}) if start.snapshot else None,

@@ -1,8 +1,8 @@
-"""The source's checkpointed state: what one offset holds, as values (no encoding here),
-how a bucket leaves backlog (:class:`FinishedBy`), and :class:`BacklogState` with its
-transitions (settle, plan, add boundaries). One name for the set of boundaries a batch
-carries: ``boundaries`` (pending ones, still below, and finishing ones, reached by this
-batch), on :class:`SourceOffset` and :class:`BacklogState` alike.
+"""The source's checkpointed state: :class:`SourceOffset`, the one checkpoint type, as values
+(no encoding here). It holds the :class:`BacklogState` (``offset.backlog``), with its
+transitions (settle, plan, add boundaries), and how a bucket leaves backlog
+(:class:`FinishedBy`). One name for the set of boundaries a batch carries: ``boundaries``
+(pending ones, still below, and finishing ones, reached by this batch).
 
 Which process: the driver's planner worker builds and reads it; the mode-switch listener
 and :func:`~backlog_source.metrics.lag_metrics` read it from progress events. Its JSON
@@ -176,82 +176,6 @@ class TriggerIntervals:
     low_latency_ms: int | None = None
 
 
-@dataclass(frozen=True)
-class SourceOffset:
-    """One checkpointed offset of the source (the end of one micro-batch); immutable.
-
-    * ``positions``: the next offset of each bucket once the batch has been read.
-    * ``starts``: where the batch begins reading a bucket when that is not the previous
-      batch's position: a bucket discovered in this batch (its earliest offset) or reset
-      because its offsets moved backwards. ``partitions(start, end)`` reads
-      ``[end.starts.get(b, start.positions[b]), end.positions[b])``.
-    * ``pending``: the boundary of each bucket still below it once the batch is read (the
-      checkpoint's ``"backlog"`` field).
-    * ``finishing``: the boundary of each bucket this batch carries to (or past) it; the
-      bucket leaves backlog when the batch commits, and the next batch records why (its
-      event, or the committed position). Splits of these buckets carry the boundary, so the
-      reader that crosses it publishes the BacklogFinishEvent.
-    * ``topic_ids``: the id (KIP-516) of each topic read, as Kafka described it when this
-      batch was planned: a topic whose id has changed since was deleted and re-created,
-      whatever its offsets say. Empty in offsets written before release 0.3.0.
-    * ``plan``: how this batch was sized (:class:`BatchPlan`); None before release 0.3.0.
-    * ``intervals``: the query's own trigger intervals for ``install`` (:class:`TriggerIntervals`),
-      None when its options set none. Read by the driver program from progress events; never
-      used for planning.
-    """
-
-    source_id: str
-    positions: dict[Bucket, int]
-    pending: dict[Bucket, int] = field(default_factory=dict)
-    finishing: dict[Bucket, int] = field(default_factory=dict)
-    starts: dict[Bucket, int] = field(default_factory=dict)
-    events_position: int = 0
-    event_counts: EventCounts = field(default_factory=EventCounts)
-    trace: PhaseTrace | None = None
-    snapshot: SnapshotState | None = None
-    topic_ids: dict[str, str] = field(default_factory=dict)
-    plan: BatchPlan | None = None
-    intervals: TriggerIntervals | None = None
-
-    @property
-    def processing_backlog(self) -> bool:
-        """True while some bucket is still below its boundary once this batch is read: the
-        flag a progress event reports for the batch that has just committed."""
-        return bool(self.pending)
-
-    @property
-    def boundaries(self) -> dict[Bucket, int]:
-        """Every boundary this batch's reads carry: still pending or reached by this batch."""
-        return {**self.finishing, **self.pending}
-
-    def read_start(self, previous: "SourceOffset", bucket: Bucket) -> int | None:
-        """Where this batch begins reading ``bucket``, given the previous batch's end; None
-        for a bucket this batch does not read."""
-        if bucket in self.starts:
-            return self.starts[bucket]
-        return previous.positions.get(bucket)
-
-    def reads_since(self, start: "SourceOffset") -> BatchReads:
-        """What the batch from ``start`` to this offset reads (for ``partitions(start,
-        end)``). Spark always takes the end from its offset log; the start of a query's first
-        batch comes from a fresh ``initialOffset`` call instead, so the source id, boundaries,
-        trace and the starts of new or reset buckets are taken from this offset. A bucket
-        whose snapshot was pending at ``start`` and is not here reads it in this batch; its
-        log range starts at the snapshot's log offset."""
-        read_from = {b: o for b in self.positions if (o := self.read_start(start, b)) is not None}
-        traceparents = {b: t for b in self.positions if (t := bucket_traceparent(self.trace, b)) is not None}
-        snapshots: tuple[SnapshotRead, ...] = ()
-        if start.snapshot is not None:
-            read_after = self.snapshot.pending if self.snapshot is not None else {}
-            snapshots = tuple(SnapshotRead(bucket, start.snapshot.root, files, start.positions[bucket])
-                              for bucket, files in sorted(start.snapshot.pending.items()) if bucket not in read_after)
-            traceparents.update({s.bucket: t for s in snapshots if (t := bucket_traceparent(self.trace, s.bucket))})
-        offsets = sum(self.positions[b] - read_from[b] for b in read_from)
-        per_offset = self.plan.bytes / offsets if self.plan is not None and self.plan.bytes and offsets > 0 else None
-        return BatchReads(self.source_id, read_from, dict(self.positions), self.boundaries, traceparents, snapshots,
-                          per_offset)
-
-
 # -- the backlog state and its transitions ------------------------------------------------
 
 
@@ -272,21 +196,32 @@ def classify(event: BacklogFinishEvent, source_id: str, pending: Mapping[Bucket,
 
 @dataclass(frozen=True)
 class BacklogState:
-    """Boundaries still below (``pending``) and reached by the last planned batch
-    (``finishing``), with the event bookkeeping; every transition returns a new state."""
+    """The backlog part of an offset (:attr:`SourceOffset.backlog`; the offset dict's
+    ``backlog`` object, under the same names): each bucket's boundary still below
+    (``pending``) or reached by the batch (``finishing``), and how the control-topic
+    messages read so far were treated (``event_counts``). Every transition returns a new
+    state.
+
+    * ``pending``: the boundary of each bucket still below it once the batch is read.
+    * ``finishing``: the boundary of each bucket the batch carries to (or past) it; the
+      bucket leaves backlog when the batch commits, and the next batch records why (its
+      event, or the committed position). Splits of these buckets carry the boundary, so the
+      reader that crosses it publishes the BacklogFinishEvent.
+    """
 
     pending: dict[Bucket, int] = field(default_factory=dict)
     finishing: dict[Bucket, int] = field(default_factory=dict)
-    counts: EventCounts = field(default_factory=EventCounts)
+    event_counts: EventCounts = field(default_factory=EventCounts)
 
     @property
     def processing_backlog(self) -> bool:
+        """True while some bucket is still below its boundary once the batch is read."""
         return bool(self.pending)
 
     @property
     def boundaries(self) -> dict[Bucket, int]:
-        """Every boundary with an open bucket span: pending or finishing (the same set as
-        :attr:`SourceOffset.boundaries`)."""
+        """Every boundary the batch's reads carry, each with an open bucket span: still
+        pending or reached by this batch."""
         return {**self.finishing, **self.pending}
 
     def settle(
@@ -299,7 +234,7 @@ class BacklogState:
         A pending bucket whose committed position reached its boundary (an offset written
         by release 0.1.0, which planned no ``finishing``) leaves by position too.
         """
-        counts = self.counts
+        counts = self.event_counts
         confirmed: dict[Bucket, int] = {}
         for value in messages:
             try:
@@ -346,3 +281,78 @@ class BacklogState:
         reached = {b: o for b, o in self.pending.items() if end.get(b, -1) >= o}
         pending = {b: o for b, o in self.pending.items() if b not in reached}
         return replace(self, pending=pending, finishing={**self.finishing, **reached})
+
+
+# -- the checkpointed offset --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One checkpointed offset of the source (the end of one micro-batch); immutable.
+
+    * ``positions``: the next offset of each bucket once the batch has been read.
+    * ``starts``: where the batch begins reading a bucket when that is not the previous
+      batch's position: a bucket discovered in this batch (its earliest offset) or reset
+      because its offsets moved backwards. ``partitions(start, end)`` reads
+      ``[end.starts.get(b, start.positions[b]), end.positions[b])``.
+    * ``backlog``: the backlog state once the batch is read (:class:`BacklogState`: the
+      boundaries still ``pending`` and those this batch is ``finishing``, and the event
+      counts).
+    * ``events_position``: the next control-topic offset to read.
+    * ``topic_ids``: the id (KIP-516) of each topic read, as Kafka described it when this
+      batch was planned: a topic whose id has changed since was deleted and re-created,
+      whatever its offsets say. Empty in offsets written before release 0.3.0.
+    * ``plan``: how this batch was sized (:class:`BatchPlan`); None before release 0.3.0.
+    * ``intervals``: the query's own trigger intervals for ``install`` (:class:`TriggerIntervals`),
+      None when its options set none. Read by the driver program from progress events; never
+      used for planning.
+    """
+
+    source_id: str
+    positions: dict[Bucket, int]
+    backlog: BacklogState = field(default_factory=BacklogState)
+    starts: dict[Bucket, int] = field(default_factory=dict)
+    events_position: int = 0
+    trace: PhaseTrace | None = None
+    snapshot: SnapshotState | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    plan: BatchPlan | None = None
+    intervals: TriggerIntervals | None = None
+
+    @property
+    def processing_backlog(self) -> bool:
+        """True while some bucket is still below its boundary once this batch is read: the
+        flag a progress event reports for the batch that has just committed."""
+        return self.backlog.processing_backlog
+
+    @property
+    def boundaries(self) -> dict[Bucket, int]:
+        """Every boundary this batch's reads carry: still pending or reached by this batch."""
+        return self.backlog.boundaries
+
+    def read_start(self, previous: "SourceOffset", bucket: Bucket) -> int | None:
+        """Where this batch begins reading ``bucket``, given the previous batch's end; None
+        for a bucket this batch does not read."""
+        if bucket in self.starts:
+            return self.starts[bucket]
+        return previous.positions.get(bucket)
+
+    def reads_since(self, start: "SourceOffset") -> BatchReads:
+        """What the batch from ``start`` to this offset reads (for ``partitions(start,
+        end)``). Spark always takes the end from its offset log; the start of a query's first
+        batch comes from a fresh ``initialOffset`` call instead, so the source id, boundaries,
+        trace and the starts of new or reset buckets are taken from this offset. A bucket
+        whose snapshot was pending at ``start`` and is not here reads it in this batch; its
+        log range starts at the snapshot's log offset."""
+        read_from = {b: o for b in self.positions if (o := self.read_start(start, b)) is not None}
+        traceparents = {b: t for b in self.positions if (t := bucket_traceparent(self.trace, b)) is not None}
+        snapshots: tuple[SnapshotRead, ...] = ()
+        if start.snapshot is not None:
+            read_after = self.snapshot.pending if self.snapshot is not None else {}
+            snapshots = tuple(SnapshotRead(bucket, start.snapshot.root, files, start.positions[bucket])
+                              for bucket, files in sorted(start.snapshot.pending.items()) if bucket not in read_after)
+            traceparents.update({s.bucket: t for s in snapshots if (t := bucket_traceparent(self.trace, s.bucket))})
+        offsets = sum(self.positions[b] - read_from[b] for b in read_from)
+        per_offset = self.plan.bytes / offsets if self.plan is not None and self.plan.bytes and offsets > 0 else None
+        return BatchReads(self.source_id, read_from, dict(self.positions), self.boundaries, traceparents, snapshots,
+                          per_offset)

@@ -6,17 +6,19 @@ replayed batch needs: read positions and the backlog state of every bucket. Ever
 a checkpointed or reported offset (the enumerator, ``partitions()``, the mode-switch
 listener, the demo, :func:`~backlog_source.metrics.lag_metrics`) parses it here.
 
-Shape, version 2 (the end of one micro-batch)::
+Shape, version 3 (the end of one micro-batch; each field is named as in
+:class:`~backlog_source.enumerator.state.SourceOffset`)::
 
-    {"v": 2,
+    {"v": 3,
      "source_id": "7f0c…",                      # stable for the life of the checkpoint
      "positions": {"orders": {"0": 1234}},     # next offset to read, Spark's Kafka shape
      "starts": {"clicks": {"0": 0}},           # where this batch starts a new or reset bucket
-     "backlog": {"orders": {"1": 5000}},       # boundary of each bucket still below it after this batch
-     "finishing": {"orders": {"0": 1200}},     # boundaries this batch reaches (they leave with its commit)
-     "processing_backlog": true,                # == bool(backlog): the state once this batch commits
+     "backlog": {                               # the backlog state (BacklogState)
+         "pending": {"orders": {"1": 5000}},    # boundary of each bucket still below it after this batch
+         "finishing": {"orders": {"0": 1200}},  # boundaries this batch reaches (they leave with its commit)
+         "event_counts": {"handled": 3, ...}},  # how control messages read so far were treated
+     "processing_backlog": true,                # == bool(backlog.pending): the state once this batch commits
      "events_position": 17,                     # next control-topic offset to read
-     "event_counts": {"handled": 3, ...},       # how control messages read so far were treated
      "trace": {"traceparent": "00-…-…-01", …,   # the backlog phase's trace (enumerator/phase_trace.py), or null
                "batches": 4, "planned_bytes": 530000000,  # its batches so far, once there are any
                "bounded_by": ["bytes"], "budget_bytes": 134217728},
@@ -39,7 +41,10 @@ Versions (:data:`OFFSET_CODEC`, the shape of :mod:`.codec`): 1 (release 0.1.0) h
 ``starts`` and no ``finishing``; :func:`_upgrade_v1` turns it into version 2. ``topic_ids``,
 ``plan`` and ``intervals`` were added to version 2 in release 0.3.0 as optional fields: an older release
 reading them ignores them, so a rollback still reads the checkpoint; read without them, the
-ids are learnt at the next plan and catch-up sizing starts afresh. The trace's ``batches``,
+ids are learnt at the next plan and catch-up sizing starts afresh. Version 2 (up to release
+0.3.0) had the backlog state at the top level, its pending boundaries named ``backlog``;
+:func:`_upgrade_v2` turns it into version 3. A release that reads only versions 1 and 2
+refuses a version 3 checkpoint with :class:`OffsetFormatError` rather than misreading it. The trace's ``batches``,
 ``planned_bytes``, ``bounded_by`` and ``budget_bytes`` are optional the same way (absent:
 nothing counted yet, or an offset written before they existed). Pure codecs; the
 transitions live in :mod:`backlog_source.enumerator.state`,
@@ -57,6 +62,7 @@ from backlog_source.core.errors import OffsetFormatError
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import (
     COUNT_KINDS,
+    BacklogState,
     BatchPlan,
     BoundedBy,
     EventCounts,
@@ -82,11 +88,24 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "backlog": to_nested(still), "finishing": to_nested(finishing)}
 
 
+#: Version 2's top-level fields of the backlog state -> their names in version 3's ``backlog``.
+_V2_BACKLOG_FIELDS = {"backlog": "pending", "finishing": "finishing", "event_counts": "event_counts"}
+
+
+def _upgrade_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3. The backlog state moves into one object under the names the code
+    uses: version 2's ``backlog`` (the pending boundaries), ``finishing`` and
+    ``event_counts`` become ``backlog.pending``, ``backlog.finishing`` and
+    ``backlog.event_counts``. Fields absent in version 2 stay absent."""
+    backlog = {new: data[old] for old, new in _V2_BACKLOG_FIELDS.items() if old in data}
+    return {**{k: v for k, v in data.items() if k not in _V2_BACKLOG_FIELDS}, "backlog": backlog}
+
+
 #: What ``trace.bounded_by`` may hold; a kind a later release adds is left out when read.
 _BOUNDED_BY_VALUES = frozenset(b.value for b in BoundedBy)
 
-#: The offset dict's versions: 2 is written; 1 is read and upgraded.
-OFFSET_CODEC = VersionedCodec("offset", "v", 2, OffsetFormatError, upgrades={1: _upgrade_v1})
+#: The offset dict's versions: 3 is written; 1 and 2 are read and upgraded.
+OFFSET_CODEC = VersionedCodec("offset", "v", 3, OffsetFormatError, upgrades={1: _upgrade_v1, 2: _upgrade_v2})
 
 
 def encode(offset: SourceOffset) -> dict[str, Any]:
@@ -95,11 +114,9 @@ def encode(offset: SourceOffset) -> dict[str, Any]:
         "source_id": offset.source_id,
         "positions": to_nested(offset.positions),
         "starts": to_nested(offset.starts),
-        "backlog": to_nested(offset.pending),
-        "finishing": to_nested(offset.finishing),
+        "backlog": _backlog_to_json(offset.backlog),
         "processing_backlog": offset.processing_backlog,
         "events_position": offset.events_position,
-        "event_counts": {kind: offset.event_counts[kind] for kind in COUNT_KINDS},
         "trace": None if offset.trace is None else _trace_to_json(offset.trace),
         "snapshot": None if offset.snapshot is None else _snapshot_to_json(offset.snapshot),
         "topic_ids": dict(sorted(offset.topic_ids.items())),
@@ -125,11 +142,9 @@ def decode(data: Any) -> SourceOffset:
     return SourceOffset(
         source_id=source_id,
         positions=from_nested(data.get("positions", {}), "offset field 'positions'"),
-        pending=from_nested(data.get("backlog", {}), "offset field 'backlog'"),
-        finishing=from_nested(data.get("finishing", {}), "offset field 'finishing'"),
+        backlog=_backlog_from_json(data.get("backlog", {})),
         starts=from_nested(data.get("starts", {}), "offset field 'starts'"),
         events_position=events_position,
-        event_counts=_counts_from_json(data.get("event_counts")),
         trace=_trace_from_json(data.get("trace")),
         snapshot=_snapshot_from_json(data.get("snapshot")),
         topic_ids=_topic_ids_from_json(data.get("topic_ids")),
@@ -159,6 +174,21 @@ def parse_reported(value: Any) -> SourceOffset | None:
 
 
 # -- the parts ---------------------------------------------------------------------------
+
+
+def _backlog_to_json(backlog: BacklogState) -> dict[str, Any]:
+    return {"pending": to_nested(backlog.pending), "finishing": to_nested(backlog.finishing),
+            "event_counts": {kind: backlog.event_counts[kind] for kind in COUNT_KINDS}}
+
+
+def _backlog_from_json(data: Any) -> BacklogState:
+    if not isinstance(data, dict):
+        raise OffsetFormatError(f"offset field 'backlog' must be an object, got {data!r}")
+    return BacklogState(
+        pending=from_nested(data.get("pending", {}), "offset field 'backlog.pending'"),
+        finishing=from_nested(data.get("finishing", {}), "offset field 'backlog.finishing'"),
+        event_counts=_counts_from_json(data.get("event_counts")),
+    )
 
 
 def _plan_to_json(plan: BatchPlan) -> dict[str, Any]:
@@ -211,7 +241,7 @@ def _counts_from_json(data: Any) -> EventCounts:
     if not isinstance(data, dict) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in data.values()
     ):
-        raise OffsetFormatError("offset field 'event_counts' must map kinds to counts >= 0")
+        raise OffsetFormatError("offset field 'backlog.event_counts' must map kinds to counts >= 0")
     return EventCounts({k: v for k, v in data.items() if k in COUNT_KINDS and v})
 
 

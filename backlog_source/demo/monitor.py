@@ -121,4 +121,4 @@ class QueryMonitor(StreamingQueryListener):
                     self._state.drains[bucket] = BucketDrain(start=entry.start_offset, boundary=entry.boundary)
             for bucket, drain in self._state.drains.items():
                 drain.position = positions.get(bucket, drain.position)
-                drain.finished = drain.finished or bucket not in end.pending
+                drain.finished = drain.finished or bucket not in end.backlog.pending

@@ -194,7 +194,7 @@ def _update(source: _Source, report: SourceReport, count: bool) -> None:
     if count:
         source.records += max(0, report.rows)
         source.bytes += planned or 0
-        if end.pending or end.finishing:
+        if end.boundaries:
             source.catch_up_batches += 1
 
 

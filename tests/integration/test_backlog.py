@@ -55,11 +55,12 @@ def test_each_bucket_with_backlog_finishes_once_by_its_event_even_with_task_retr
         boundaries = {topic_name: {"0": log_end[0], "1": log_end[1]}}  # no boundary for the empty p2
         # The batch that reaches every boundary carries them (its readers publish the events)
         # and already reports that no backlog is left.
-        assert offsets_of(batch)["finishing"] == boundaries and offsets_of(batch)["backlog"] == {}
+        assert offsets_of(batch)["backlog"]["finishing"] == boundaries and offsets_of(batch)["backlog"]["pending"] == {}
         # The next batch with data records how the buckets left backlog.
         fill(broker, topic_name, 1, 1, start=3_000)
-        wait_for_progress(query, lambda p: offsets_of(p)["finishing"] == {} and p.batchId >= 1, what="the next batch")
-        counts = offsets_of(query.recentProgress[-1])["event_counts"]
+        wait_for_progress(query, lambda p: offsets_of(p)["backlog"]["finishing"] == {} and p.batchId >= 1,
+                          what="the next batch")
+        counts = offsets_of(query.recentProgress[-1])["backlog"]["event_counts"]
         assert counts["handled"] == 2 and counts["finished_by_position"] == 0
         events = published_events(broker, control, offsets_of(batch)["source_id"])
         assert sorted({(e.partition, e.boundary_offset) for e in events}) == [(0, log_end[0]), (1, log_end[1])]
@@ -80,14 +81,15 @@ def test_restore_mid_backlog_keeps_the_boundaries(spark, broker, topic_name, tmp
     wait_for_progress(query, lambda p: p.batchId >= 1, what="two batches")
     query.stop()
     before = offsets_of(query.recentProgress[-1])
-    assert before["processing_backlog"] and before["backlog"][topic_name] == boundaries
+    assert before["processing_backlog"] and before["backlog"]["pending"][topic_name] == boundaries
     fill(broker, topic_name, 2, 5_000, start=20_000)  # the log grows while the query is down
     restarted = start()
     try:
         wait_for_progress(restarted, lambda p: True, what="the first batch after the restart")
         after = offsets_of(restarted.recentProgress[0])
         assert after["source_id"] == before["source_id"] and after["trace"]["traceparent"] == before["trace"]["traceparent"]
-        assert {**after["backlog"].get(topic_name, {}), **after["finishing"].get(topic_name, {})} == boundaries  # not moved
+        tracked = {**after["backlog"]["pending"].get(topic_name, {}), **after["backlog"]["finishing"].get(topic_name, {})}
+        assert tracked == boundaries  # not moved
         wait_for_progress(restarted, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
     finally:
         restarted.stop()
@@ -111,7 +113,7 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
         second_end = {str(p): o for p, o in log_end_offsets(broker, second).items()}
         def tracked(p):
             offset = offsets_of(p)
-            return {**offset["backlog"].get(second, {}), **offset["finishing"].get(second, {})}
+            return {**offset["backlog"]["pending"].get(second, {}), **offset["backlog"]["finishing"].get(second, {})}
 
         def found(p):
             return second in offsets_of(p)["starts"]
@@ -127,7 +129,7 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
         assert set(tracked(discovered)) <= {"0", "1"}
         for partition, boundary in tracked(discovered).items():
             assert 0 < boundary <= second_end[partition]
-        assert first in offsets_of(discovered)["backlog"]  # still mid-backlog
+        assert first in offsets_of(discovered)["backlog"]["pending"]  # still mid-backlog
     finally:
         query.stop()
     # Tansu's DeleteTopics can hang while a consumer fetches the topic (docs/broker-gaps.md),
@@ -136,8 +138,8 @@ def test_discovered_topics_get_boundaries_and_deleted_ones_leave_backlog(spark, 
     restarted = start()
     try:
         wait_for_progress(
-            restarted, lambda p: first not in offsets_of(p)["backlog"] and first not in offsets_of(p)["positions"]
-            and first not in offsets_of(p)["finishing"], what="the deleted topic to leave backlog",
+            restarted, lambda p: first not in offsets_of(p)["backlog"]["pending"] and first not in offsets_of(p)["positions"]
+            and first not in offsets_of(p)["backlog"]["finishing"], what="the deleted topic to leave backlog",
         )
         wait_for_progress(restarted, lambda p: not offsets_of(p)["processing_backlog"], what="the end of the backlog")
     finally:
@@ -188,17 +190,17 @@ def test_garbage_foreign_stale_and_forged_control_messages_are_ignored_and_count
     wait_for_progress(probe, lambda p: True, what="the probe's first batch")
     probe.stop()
     first = offsets_of(probe.recentProgress[0])
-    first_offsets.update(source_id=first["source_id"], p1_boundary=first["backlog"][topic_name]["1"])
+    first_offsets.update(source_id=first["source_id"], p1_boundary=first["backlog"]["pending"][topic_name]["1"])
     boundary = first_offsets["p1_boundary"]
     query = start_noop(df.select(udf(inject, "long", useArrow=False)(col("partition"), col("offset"))),
                        tmp_path, trigger="0 seconds", name="probe")  # the same checkpoint: the same source id
     try:
-        wait_for_progress(query, lambda p: offsets_of(p)["event_counts"]["malformed"] >= 3, what="the counts")
+        wait_for_progress(query, lambda p: offsets_of(p)["backlog"]["event_counts"]["malformed"] >= 3, what="the counts")
         latest = offsets_of(query.recentProgress[-1])
-        counts = latest["event_counts"]
+        counts = latest["backlog"]["event_counts"]
         assert (counts["malformed"], counts["foreign"], counts["stale"], counts["implausible"]) == (4, 1, 1, 1)
         assert counts["handled"] == 1  # p0's own event
-        assert latest["processing_backlog"] and latest["backlog"][topic_name]["1"] == boundary  # not finished early
+        assert latest["processing_backlog"] and latest["backlog"]["pending"][topic_name]["1"] == boundary  # not finished early
         assert all(p.numInputRows <= 1_001 for p in query.recentProgress)  # still read at the backlog's pace
         assert query.exception() is None
     finally:
@@ -233,7 +235,7 @@ def test_a_burst_above_reenter_lag_enters_backlog_again_once(spark, broker, topi
 
 def finished(offset: dict) -> int:
     """Buckets that left backlog so far: by their event or by their committed position."""
-    counts = offset["event_counts"]
+    counts = offset["backlog"]["event_counts"]
     return counts["handled"] + counts["finished_by_position"]
 
 
@@ -279,11 +281,11 @@ def test_a_control_topic_deleted_mid_run_is_re_created_and_the_query_goes_on(spa
         # two (a second once the rest of the burst is over the re-entry lag). Each bucket of
         # each phase finishes once, by its event or its position.
         wait_for_progress(query, lambda p: finished(offsets_of(p)) >= phase_buckets(query.recentProgress)
-                          and not offsets_of(p)["finishing"] and not offsets_of(p)["backlog"],
+                          and not offsets_of(p)["backlog"]["finishing"] and not offsets_of(p)["backlog"]["pending"],
                           what="the second phase to settle")
         phases = phase_buckets(query.recentProgress)
         assert finished(offsets_of(query.lastProgress)) == phases and phases >= 3, [
-            (p["batchId"], {k: offsets_of(p).get(k) for k in ("positions", "backlog", "finishing", "event_counts", "trace")})
+            (p["batchId"], {k: offsets_of(p).get(k) for k in ("positions", "backlog", "trace")})
             for p in query.recentProgress]
         assert query.exception() is None
     finally:

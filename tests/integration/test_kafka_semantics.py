@@ -86,7 +86,7 @@ def test_transactions_under_both_isolation_levels_as_spark_reads_them(spark, bro
     finally:
         query.stop()
     assert query.exception() is None
-    boundaries = json.loads(query.recentProgress[0]["sources"][0]["endOffset"])["backlog"][topic_name]
+    boundaries = json.loads(query.recentProgress[0]["sources"][0]["endOffset"])["backlog"]["pending"][topic_name]
     assert boundaries == {"0": first_open_offset, "1": high_watermarks[1]}
 
     # Committed at last: the same checkpoints read the rest, still identical to Spark's.
@@ -136,8 +136,8 @@ def test_partitions_added_to_a_live_topic_are_read_from_their_earliest_offset(sp
         tracked = set()
         for progress in backlog_query.recentProgress:
             offset = json.loads(progress["sources"][0]["endOffset"])
-            for field in ("backlog", "finishing"):
-                tracked |= {int(p) for p in offset.get(field, {}).get(topic_name, {})}
+            for field in ("pending", "finishing"):
+                tracked |= {int(p) for p in offset["backlog"].get(field, {}).get(topic_name, {})}
         assert {2, 3} <= tracked, "no boundary was recorded for the added partitions"
     finally:
         for query, _ in queries.values():

@@ -184,7 +184,8 @@ def test_a_restart_after_downtime_is_backlog_again(spark, broker, topic_name, tm
         assert len(backlog_batches) >= 10  # 120k records at 10k per batch, not one uncapped batch
         assert all(p["numInputRows"] <= 10_002 for p in progresses)
         first = end_offset(progresses[0])
-        restart_boundaries = {**first["backlog"].get(topic_name, {}), **first["finishing"].get(topic_name, {})}
+        restart_boundaries = {**first["backlog"]["pending"].get(topic_name, {}),
+                              **first["backlog"]["finishing"].get(topic_name, {})}
         assert restart_boundaries == {str(p): o for p, o in log_end_offsets(broker, topic_name).items()}
         assert [(t.from_mode, t.to_mode) for t in handle.transitions] == [("high-throughput", "low-latency")]
     finally:

@@ -146,7 +146,8 @@ def test_snapshot_then_tail_gives_the_state_of_replaying_the_whole_log(spark, br
     assert end["processing_backlog"] is False and end["snapshot"]["pending"] == {}
     # One batch read the snapshot and the tail, reaching every boundary; partition 2's is its
     # snapshot's log offset (nothing after it), and its snapshot reader reported it.
-    assert len(query.recentProgress) == 1 and end["finishing"][topic_name]["2"] == manifest.partitions[2].log_offset
+    assert len(query.recentProgress) == 1
+    assert end["backlog"]["finishing"][topic_name]["2"] == manifest.partitions[2].log_offset
     events = published_events(broker, "_backlog_events", end["source_id"])
     assert sorted(e.partition for e in events) == [0, 1, 2]  # two log readers and the snapshot-only reader
 

@@ -85,7 +85,7 @@ def main() -> None:
             mode = handle.mode if handle else None
             note("batch", batch=progress.batchId, rows=progress.numInputRows, backlog=end["processing_backlog"],
                  mode=mode)
-            if args.crash_at == "after_boundary" and end["finishing"] and not end["backlog"]:
+            if args.crash_at == "after_boundary" and end["backlog"]["finishing"] and not end["backlog"]["pending"]:
                 crash("the batch that reached every boundary committed; nothing has settled it yet")
             if args.crash_at == "during_switch" and not end["processing_backlog"] and mode == "high-throughput":
                 # The controller switches as it handles this very event (in place: at once).

@@ -81,7 +81,8 @@ def test_kill_minus_nine_at_four_points_loses_and_duplicates_nothing(broker, top
     assert len({o["source_id"] for o in offsets}) == 1
     phases: dict[str, dict[str, int]] = {}
     for offset in offsets:
-        tracked = {**offset["finishing"].get(topic_name, {}), **offset["backlog"].get(topic_name, {})}
+        backlog = offset["backlog"]
+        tracked = {**backlog["finishing"].get(topic_name, {}), **backlog["pending"].get(topic_name, {})}
         if not tracked:
             continue
         boundaries = phases.setdefault(offset["trace"]["traceparent"], {})

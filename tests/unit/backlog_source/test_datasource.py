@@ -11,7 +11,7 @@ from backlog_source.datasource import BacklogDataSource
 from backlog_source.core.settings import parse_options
 from backlog_source.stream_reader import BacklogStreamReader
 from backlog_source.enumerator import state_codec as offset_codec
-from backlog_source.enumerator.state import SourceOffset
+from backlog_source.enumerator.state import BacklogState, SourceOffset
 from backlog_source.split.batch_splits import plan_splits
 from backlog_source.split.kafka_split import KafkaSplit
 
@@ -22,7 +22,7 @@ SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "m
 def test_partitions_translates_spark_offsets_to_the_enumerators_splits():
     # The planning itself is tested in tests/unit/split/test_batch_splits.py.
     start = SourceOffset("x", {A0: 0})
-    end = SourceOffset("x", {A0: 120}, pending={A0: 120})
+    end = SourceOffset("x", {A0: 120}, backlog=BacklogState(pending={A0: 120}))
     reader = BacklogStreamReader(SETTINGS)
     splits = reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
     assert splits == plan_splits(end.reads_since(start), SETTINGS) == reader.partitions(offset_codec.encode(start), offset_codec.encode(end))

@@ -53,26 +53,26 @@ def checkpointed(offset: SourceOffset) -> SourceOffset:
 def test_boundaries_are_the_log_end_at_start_and_empty_buckets_have_none():
     enumerator, _, _ = make()
     start = enumerator.initial_offset()
-    assert start.pending == {A0: 100, A2: 30}  # a-1 is empty: no backlog, no event expected
+    assert start.backlog.pending == {A0: 100, A2: 30}  # a-1 is empty: no backlog, no event expected
     assert start.processing_backlog
 
 
 def test_latest_start_has_no_backlog():
     enumerator, _, _ = make({"startingOffsets": "latest"})
     start = enumerator.initial_offset()
-    assert start.pending == {} and not start.processing_backlog
+    assert start.backlog.pending == {} and not start.processing_backlog
 
 
 def test_read_committed_boundary_is_the_last_stable_offset():
     enumerator, _, _ = make({"kafka.isolation.level": "read_committed"}, stable={A0: 80})
-    assert enumerator.initial_offset().pending[A0] == 80
+    assert enumerator.initial_offset().backlog.pending[A0] == 80
 
 
 def test_the_batch_that_reaches_every_boundary_already_reports_no_backlog():
     enumerator, _, _ = make()
     first = enumerator.latest_offset(enumerator.initial_offset(), ALL)
     assert not first.processing_backlog  # no extra batch is needed to drop the flag
-    assert first.finishing == {A0: 100, A2: 30} and first.pending == {}
+    assert first.backlog.finishing == {A0: 100, A2: 30} and first.backlog.pending == {}
     assert first.boundaries == {A0: 100, A2: 30}  # its splits still carry them to the readers
 
 
@@ -82,9 +82,9 @@ def test_events_confirm_finished_buckets_at_the_next_plan_and_duplicates_are_cou
     control.values += [event(first, A0), event(first, A0), event(first, A2)]
     client.append("a", 0, 5)
     second = enumerator.latest_offset(first, ALL)
-    counts = second.event_counts
+    counts = second.backlog.event_counts
     assert (counts["handled"], counts["duplicate"], counts["finished_by_position"]) == (2, 1, 0)
-    assert second.finishing == {} and second.events_position == 3
+    assert second.backlog.finishing == {} and second.events_position == 3
 
 
 def test_a_lost_event_finishes_the_bucket_by_its_committed_position():
@@ -92,7 +92,7 @@ def test_a_lost_event_finishes_the_bucket_by_its_committed_position():
     first = enumerator.latest_offset(enumerator.initial_offset(), ALL)
     client.append("a", 0, 5)
     second = enumerator.latest_offset(first, ALL)
-    assert second.event_counts["finished_by_position"] == 2 and second.finishing == {}
+    assert second.backlog.event_counts["finished_by_position"] == 2 and second.backlog.finishing == {}
 
 
 def test_without_a_byte_budget_the_control_topic_is_read_only_when_a_batch_reached_a_boundary():
@@ -124,7 +124,7 @@ def test_foreign_stale_malformed_and_oversized_messages_are_ignored_and_counted(
     ]
     client.append("a", 0, 1)
     second = enumerator.latest_offset(first, ALL)
-    counts = second.event_counts
+    counts = second.backlog.event_counts
     assert (counts["foreign"], counts["stale"], counts["malformed"], counts["handled"]) == (1, 1, 5, 0)
     assert counts["finished_by_position"] == 2
 
@@ -137,7 +137,7 @@ def test_an_event_no_planned_batch_supports_is_implausible_and_changes_nothing()
     real = BacklogFinishEvent("src", "a", 2, 30, 30, 1).encode()
     settled, finished = state.settle([forged, real], "src", committed={A0: 0, A2: 30})
     assert settled.pending == {A0: 200_000} and set(finished) == {A2}
-    assert settled.counts["implausible"] == 1 and settled.counts["handled"] == 1
+    assert settled.event_counts["implausible"] == 1 and settled.event_counts["handled"] == 1
 
 
 def test_restore_mid_backlog_keeps_the_same_boundaries():
@@ -159,7 +159,7 @@ def test_a_restart_after_downtime_is_a_new_backlog_phase():
     client.append("a", 1, 5)
     budget = ReadBudget(max_records=None, backlog_max_records=20)
     first = restarted(client).latest_offset(checkpointed(caught_up), budget)
-    assert first.processing_backlog and first.pending == {A0: 400, A1: 15}
+    assert first.processing_backlog and first.backlog.pending == {A0: 400, A1: 15}
     assert sum(first.positions.values()) - sum(caught_up.positions.values()) in range(19, 22)  # the backlog limit
     assert first.trace.ids.trace_id != caught_up.trace.ids.trace_id  # a new phase, a new trace
 
@@ -169,7 +169,7 @@ def test_a_restart_whose_lag_one_batch_reads_is_a_phase_of_that_batch():
     caught_up = enumerator.latest_offset(enumerator.initial_offset(), ALL)
     client.append("a", 0, 3)
     first = restarted(client).latest_offset(checkpointed(caught_up), ALL)
-    assert not first.processing_backlog and first.finishing == {A0: 103}
+    assert not first.processing_backlog and first.backlog.finishing == {A0: 103}
 
 
 def test_a_caught_up_restart_records_nothing():
@@ -201,7 +201,7 @@ def test_a_reset_bucket_gets_a_fresh_boundary_and_is_read_from_its_earliest_offs
     first = enumerator.latest_offset(enumerator.initial_offset(), ReadBudget(max_records=100))
     client.topics["a"][0] = (0, 9)  # re-created: the old boundary 100 is unreachable
     second = enumerator.latest_offset(first, ALL)
-    assert second.starts == {A0: 0} and second.positions[A0] == 9 and second.finishing[A0] == 9
+    assert second.starts == {A0: 0} and second.positions[A0] == 9 and second.backlog.finishing[A0] == 9
 
 
 def test_reentry_needs_the_high_water_mark_and_more_than_one_batch():
@@ -219,10 +219,10 @@ def test_reentry_needs_the_high_water_mark_and_more_than_one_batch():
     client.append("a", 0, 60)
     client.append("a", 1, 10)
     entered = enumerator.latest_offset(offset, budget)
-    assert entered.pending == {A0: 160, A1: 50}
+    assert entered.backlog.pending == {A0: 160, A1: 50}
     client.append("a", 0, 1000)  # more lag while in backlog does not move the boundaries
     still = enumerator.latest_offset(entered, budget)
-    assert still.pending == entered.pending
+    assert still.backlog.pending == entered.backlog.pending
 
 
 def test_a_burst_one_batch_absorbs_never_enters_backlog():
@@ -234,7 +234,7 @@ def test_a_burst_one_batch_absorbs_never_enters_backlog():
     for burst in (40, 60, 120, 180):
         client.append("a", 0, burst)
         offset = enumerator.latest_offset(offset, ReadBudget(max_records=200))
-        assert not offset.processing_backlog and offset.pending == {}
+        assert not offset.processing_backlog and offset.backlog.pending == {}
 
 
 def test_reentry_rules_in_isolation():
@@ -264,7 +264,7 @@ def test_backlog_disabled_records_nothing_and_reads_no_events():
     enumerator, _, control = make({"backlog.enabled": "false"})
     start = enumerator.initial_offset()
     end = enumerator.latest_offset(start, ALL)
-    assert start.pending == {} and end.boundaries == {} and control.reads == 0 and control.opened == 0
+    assert start.backlog.pending == {} and end.boundaries == {} and control.reads == 0 and control.opened == 0
 
 
 def test_pure_state_rules():

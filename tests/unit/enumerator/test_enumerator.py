@@ -376,7 +376,7 @@ def test_snapshot_buckets_start_at_their_log_offset_and_snapshot_only_ones_are_b
     e = snapshot_enumerator({0: (100, 40), 1: (50, 10)}, {"a": [(0, 120), (0, 50)]})
     start = e.initial_offset()
     assert start.positions == {A0: 100, A1: 50}
-    assert start.pending == {A0: 120, A1: 50}  # a-1: nothing after its snapshot; its snapshot is its backlog
+    assert start.backlog.pending == {A0: 120, A1: 50}  # a-1: nothing after its snapshot; its snapshot is its backlog
     assert start.snapshot.pending == {A0: FILES, A1: FILES} and start.snapshot.root == "/snap"
 
 
@@ -387,7 +387,7 @@ def test_the_first_batch_reads_the_snapshot_even_with_nothing_new_in_the_log():
     assert end != start and end.snapshot.pending == {} and end.positions == start.positions
     # The batch that reads the snapshot carries the bucket to its boundary (the snapshot's
     # log offset); before it, the position alone did not count as having reached it.
-    assert start.pending == {A0: 100} and end.finishing == {A0: 100} and not end.processing_backlog
+    assert start.backlog.pending == {A0: 100} and end.backlog.finishing == {A0: 100} and not end.processing_backlog
 
 
 def test_a_log_offset_below_the_earliest_is_data_loss_unless_allowed():

@@ -11,7 +11,7 @@ from backlog_source.core.tracing import names
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.phase_trace import advance
-from backlog_source.enumerator.state import Finish, FinishedBy, SourceOffset, bucket_traceparent
+from backlog_source.enumerator.state import BacklogState, Finish, FinishedBy, SourceOffset, bucket_traceparent
 from backlog_source.split.planning import ReadBudget
 from tests.unit.enumerator.test_boundaries import event, make
 
@@ -90,7 +90,7 @@ def test_reset_and_vanished_buckets_say_so_and_a_reset_one_opens_a_new_span():
 
 def test_the_trace_survives_the_offset_dict_and_splits_get_bucket_context():
     trace = started()
-    offset = SourceOffset("src", {A0: 0, A1: 10}, pending={A0: 100, A1: 50}, trace=trace)
+    offset = SourceOffset("src", {A0: 0, A1: 10}, backlog=BacklogState(pending={A0: 100, A1: 50}), trace=trace)
     restored = offset_codec.decode(json.loads(json.dumps(offset_codec.encode(offset))))
     assert restored.trace == trace
     parsed = SpanContextIds.parse(bucket_traceparent(restored.trace, A0))

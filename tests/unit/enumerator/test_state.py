@@ -4,6 +4,7 @@ from backlog_source.core.buckets import Bucket
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import (
     BY_POSITION,
+    BacklogState,
     EventCounts,
     EventOutcome,
     OpenBucket,
@@ -16,10 +17,11 @@ A0, A1, B0 = Bucket("a", 0), Bucket("a", 1), Bucket("b", 0)
 
 
 def test_the_backlog_flag_is_the_state_once_the_batch_commits():
-    reaching = SourceOffset("s", {A0: 10}, pending={}, finishing={A0: 10})
+    reaching = SourceOffset("s", {A0: 10}, backlog=BacklogState(pending={}, finishing={A0: 10}))
     assert not reaching.processing_backlog  # the batch that reads the last backlog record already says so
     assert reaching.boundaries == {A0: 10}  # and its reads still carry the boundary (the reader reports it)
-    assert SourceOffset("s", {A0: 5, A1: 3}, pending={A1: 8}, finishing={A0: 5}).boundaries == {A0: 5, A1: 8}
+    both = SourceOffset("s", {A0: 5, A1: 3}, backlog=BacklogState(pending={A1: 8}, finishing={A0: 5}))
+    assert both.boundaries == {A0: 5, A1: 8}
 
 
 def test_a_batch_reads_a_bucket_from_the_previous_position_or_from_where_it_was_discovered_or_reset():

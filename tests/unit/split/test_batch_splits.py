@@ -4,7 +4,7 @@ plan_splits()."""
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing.context import SpanContextIds
-from backlog_source.enumerator.state import OpenBucket, PhaseTrace, SnapshotState, SourceOffset
+from backlog_source.enumerator.state import BacklogState, OpenBucket, PhaseTrace, SnapshotState, SourceOffset
 from backlog_source.split.batch_splits import TASK_BYTES, BatchReads, plan_splits
 from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
 
@@ -16,9 +16,9 @@ DEFAULTS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
 def test_splits_take_source_id_boundaries_and_trace_from_end():
     # Spark re-calls initialOffset for a query's first batch, so `start` may carry another
     # source id; `end` always comes from the offset log.
-    start = SourceOffset("fresh-id", {A0: 0, A1: 0}, pending={A0: 80, A1: 60})
+    start = SourceOffset("fresh-id", {A0: 0, A1: 0}, backlog=BacklogState(pending={A0: 80, A1: 60}))
     trace = PhaseTrace(SpanContextIds(7, 8), 1000, buckets={A0: OpenBucket(0, 80, 1000)})
-    end = SourceOffset("logged-id", {A0: 100, A1: 40}, pending={A0: 80}, trace=trace)
+    end = SourceOffset("logged-id", {A0: 100, A1: 40}, backlog=BacklogState(pending={A0: 80}), trace=trace)
     splits = plan_splits(end.reads_since(start), SETTINGS)
     assert {s.source_id for s in splits} == {"logged-id"}
     ranges = sorted((r for s in splits for r in s.ranges), key=lambda r: (r.partition, r.start))
@@ -48,8 +48,9 @@ def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
 
 def test_a_batch_that_clears_a_pending_snapshot_reads_it_and_a_replay_plans_the_same():
     snapshot = SnapshotState("/snap", "s", {A0: ("f0.parquet",), A1: ("f1.parquet",)})
-    start = SourceOffset("id", {A0: 100, A1: 50}, pending={A0: 120, A1: 50}, snapshot=snapshot)
-    end = SourceOffset("id", {A0: 120, A1: 50}, pending={A0: 120, A1: 50}, snapshot=SnapshotState("/snap", "s", {}))
+    start = SourceOffset("id", {A0: 100, A1: 50}, backlog=BacklogState(pending={A0: 120, A1: 50}), snapshot=snapshot)
+    end = SourceOffset("id", {A0: 120, A1: 50}, backlog=BacklogState(pending={A0: 120, A1: 50}),
+                       snapshot=SnapshotState("/snap", "s", {}))
     splits = plan_splits(end.reads_since(start), DEFAULTS)
     assert splits == plan_splits(end.reads_since(start), DEFAULTS)
     assert [type(s) for s in splits] == [KafkaSplit, SnapshotSplit, SnapshotSplit]

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.tracing.context import SpanContextIds
-from backlog_source.enumerator.state import BatchPlan, BoundedBy, PhaseTrace, SourceOffset
+from backlog_source.enumerator.state import BacklogState, BatchPlan, BoundedBy, PhaseTrace, SourceOffset
 from backlog_source.metrics import names
 from backlog_source.metrics.state import BacklogMetrics, SourceReport, source_reports
 from tests.fakes import source
@@ -29,8 +29,8 @@ def _key(attrs):
 def catch_up_batch():
     """A catch-up batch from offsets 0 to 100 on both partitions, 8,000 bytes planned
     (40 bytes per offset), boundaries at 1,000 and 500; latest 1,000 and 500."""
-    start = SourceOffset("src", {A0: 0, A1: 0}, pending={A0: 1000, A1: 500}, trace=TRACE)
-    end = SourceOffset("src", {A0: 100, A1: 100}, pending={A0: 1000, A1: 500}, trace=TRACE,
+    start = SourceOffset("src", {A0: 0, A1: 0}, backlog=BacklogState(pending={A0: 1000, A1: 500}), trace=TRACE)
+    end = SourceOffset("src", {A0: 100, A1: 100}, backlog=BacklogState(pending={A0: 1000, A1: 500}), trace=TRACE,
                        plan=BatchPlan(BoundedBy.BYTES, bytes=8000, budget_bytes=8000))
     return SourceReport(end=end, start=start, latest={A0: 1000, A1: 500}, rows=200)
 
@@ -74,7 +74,7 @@ def test_a_replayed_batch_counts_once_and_caught_up_reports_no_backlog():
 
 def test_no_pending_bytes_before_anything_was_measured():
     m = metrics()
-    end = SourceOffset("src", {A0: 5}, pending={A0: 10})
+    end = SourceOffset("src", {A0: 5}, backlog=BacklogState(pending={A0: 10}))
     m.committed("q", None, 0, (SourceReport(end=end, latest={A0: 10}, rows=5),))
     assert m.observe(names.PENDING_BYTES) == []
     assert values(m, names.PENDING_RECORDS) == {("orders", "0", None): 5.0}
