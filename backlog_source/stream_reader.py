@@ -9,18 +9,11 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
-from backlog_source.core.jvm_heap import HEAP_SHARE, driver_heap_bytes
+from backlog_source.core.jvm_heap import HEAP_SHARE, default_catch_up_bytes, driver_heap_bytes
 from backlog_source.core.settings import ReaderConfig, SourceSettings
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
@@ -59,7 +52,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._enumerator = Enumerator(settings, client, control)
             if settings.backlog_max_bytes_per_trigger is None:
                 log.info("backlog.maxBytesPerTrigger is not set: catch-up batches read about %d MiB (1/%d of the "
-                         "driver's %s heap)", self._own_budget().backlog_max_bytes >> 20, HEAP_SHARE,
+                         "driver's %s heap)", default_catch_up_bytes(driver_heap_bytes()) >> 20, HEAP_SHARE,
                          _heap_text(driver_heap_bytes()))
         return self._enumerator
 
@@ -74,49 +67,17 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset_codec.encode(self.enumerator.initial_offset())
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        # Spark's Python API has no composite limit, and the limit must follow the backlog
-        # state, which changes while the query runs. So the default limit is a marker that
-        # means "the source's own options decide" (see _budget).
-        budget = self._own_budget()
-        if budget.caps:
-            return ReadMaxRows(max(budget.caps))
-        if budget.min_records is not None:
-            return ReadMinRows(budget.min_records)
-        if budget.backlog_max_bytes is not None:
-            return ReadMaxBytes(budget.backlog_max_bytes)
-        return ReadAllAvailable()
+        return ReadBudget.default_limit(self._driver_settings(), driver_heap_bytes())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next batch, under the budget Spark's ``limit`` stands for
+        (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
+        the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
         start_offset = offset_codec.decode(start)
-        end = self.enumerator.latest_offset(start_offset, self._budget(limit))
+        budget = ReadBudget.from_limit(limit, self._driver_settings(), driver_heap_bytes())
+        end = self.enumerator.latest_offset(start_offset, budget)
         # Returning the very dict Spark gave us tells it there is nothing new to run.
         return start if end == start_offset else offset_codec.encode(end)
-
-    def _budget(self, limit: ReadLimit) -> ReadBudget:
-        """The batch budget for Spark's ``limit``.
-
-        Our default limit means: the source's own options decide (:meth:`ReadBudget.from_settings`):
-        ``backlog.maxOffsetsPerTrigger``, ``backlog.maxBytesPerTrigger`` and
-        ``backlog.targetBatchDuration`` while processing backlog (the enumerator applies them
-        once it knows this batch's backlog state), else ``maxOffsetsPerTrigger`` (or
-        everything), with ``minOffsetsPerTrigger`` applied too. Spark hands the default limit
-        back for processing-time triggers and ``Trigger.AvailableNow``; any other limit is
-        honoured as given: ``ReadAllAvailable``, which Spark passes for ``Trigger.Once``
-        (``MicroBatchExecution``: a one-time trigger reads everything), reads everything, as
-        Spark's Kafka source does there.
-        """
-        if limit == self.getDefaultReadLimit() and not isinstance(limit, ReadAllAvailable):
-            return self._own_budget()
-        if isinstance(limit, ReadMaxRows):
-            return ReadBudget(max_records=limit.max_rows)
-        if isinstance(limit, ReadMinRows):
-            return ReadBudget(min_records=limit.min_rows)
-        return ReadBudget()
-
-    def _own_budget(self) -> ReadBudget:
-        """The budget the source's options set; an unset ``backlog.maxBytesPerTrigger`` is
-        sized from the heap of the driver JVM this planner runs under (core/jvm_heap.py)."""
-        return ReadBudget.from_settings(self._driver_settings(), driver_heap_bytes())
 
     def reportLatestOffset(self) -> dict | None:
         latest = self.enumerator.report_latest()

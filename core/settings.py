@@ -340,6 +340,9 @@ class SourceSettings:
             {"subscribe": self.subscribe, "subscribePattern": self.subscribe_pattern, "assign": self.assign}
         )
         _check_trigger_limits(self.min_offsets_per_trigger, self.max_offsets_per_trigger)
+        # Refused at load, not left to do nothing: re-entry needs a lag of more than one batch
+        # (enumerator/boundaries.py), and only a record cap bounds a live batch
+        # (ReadBudget.one_batch_records, split/planning.py, where the limits are combined).
         if self.backlog_reenter_lag is not None and self.max_offsets_per_trigger is None and (
                 self.backlog_max_offsets_per_trigger is None):
             raise ValueError(

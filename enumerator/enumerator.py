@@ -178,7 +178,9 @@ class Enumerator:
 
     def latest_offset(self, start: SourceOffset, budget: ReadBudget) -> SourceOffset:
         """The end of the next batch that starts at ``start``; ``start`` itself when there
-        is nothing to read (Spark then runs no batch). See the module docstring for the steps.
+        is nothing to read (Spark then runs no batch). ``budget`` is what Spark's read limit
+        allows (:meth:`ReadBudget.from_limit`); the batch gets the part of it that fits its
+        backlog state, and re-entry is judged by it. See the module docstring for the steps.
 
         Raises :class:`DataLossError`, :class:`~backlog_source.core.errors.KafkaUnavailableError`
         or :class:`~backlog_source.core.errors.ControlTopicError`.
@@ -204,7 +206,7 @@ class Enumerator:
         with step_timings.step("driver.refresh"):
             view = self._refresh(start)
         with step_timings.step("driver.plan"):
-            backlog = self._enter_backlog(start, settled.backlog, view, restart)
+            backlog = self._enter_backlog(start, settled.backlog, view, restart, budget)
             plan = self._plan(start, view, backlog, budget, settled.sizes_read)
             return self._offset(start, settled, view, plan)
 
@@ -381,9 +383,11 @@ class Enumerator:
 
     # ---------------------------------------------------------------- step 3: enter backlog
 
-    def _enter_backlog(self, start: SourceOffset, backlog: BacklogState, view: View, restart: bool) -> BacklogState:
+    def _enter_backlog(self, start: SourceOffset, backlog: BacklogState, view: View, restart: bool,
+                       budget: ReadBudget) -> BacklogState:
         """Record boundaries for buckets that (re)start, for every lagging bucket on a
-        restart, and on re-entry; a recorded boundary never moves."""
+        restart, and on re-entry (a lag more than one batch of ``budget`` reads); a recorded
+        boundary never moves."""
         if self._control is None:
             return backlog
         backlog = backlog.without(view.gone | view.starts.keys())
@@ -394,7 +398,7 @@ class Enumerator:
                 log.info("restarted on an existing checkpoint behind the log end: a new backlog phase")
         entered = backlog.with_boundaries(fresh)
         reentry = reentry_boundaries(entered, view.read_from, view.latest, self._settings.backlog_reenter_lag,
-                                     ReadBudget.from_settings(self._settings).one_batch_records)
+                                     budget.one_batch_records)
         if reentry:
             log.info("total lag exceeds backlog.reenterLag=%d and one batch: entering backlog again",
                      self._settings.backlog_reenter_lag)

@@ -1,9 +1,10 @@
-"""Pure planning: how much a batch may read (:class:`ReadBudget`), how far it reads, and how
-its ranges are cut into input partitions.
+"""Pure planning: how much a batch may read (:class:`ReadBudget`, from Spark's read limit),
+how far it reads, and how its ranges are cut into input partitions.
 
-No Kafka, no Spark, no clock: every function here is a function of its arguments, which is
-what lets ``partitions(start, end)`` be replayed exactly after a crash. Where a user can
-compare the result with Spark's Kafka source, the arithmetic is Spark's (cited per function).
+No Kafka, no Spark session, no clock (of Spark, only its read-limit values): every function
+here is a function of its arguments, which is what lets ``partitions(start, end)`` be
+replayed exactly after a crash. Where a user can compare the result with Spark's Kafka
+source, the arithmetic is Spark's (cited per function).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.jvm_heap import default_catch_up_bytes
@@ -20,7 +23,7 @@ from backlog_source.split.kafka_split import KafkaRange
 
 @dataclass(frozen=True)
 class ReadBudget:
-    """How much one batch may read, from Spark's read limit (see ``BacklogStreamReader``).
+    """How much one batch may read, from Spark's read limit (:meth:`from_limit`).
 
     ``max_records``: about this many records at most (Spark's proportional allocation).
     ``min_records``: skip the batch while fewer are available, unless ``maxTriggerDelay``
@@ -37,6 +40,40 @@ class ReadBudget:
     backlog_max_records: int | None = None
     backlog_max_bytes: int | None = None
     backlog_target_ms: int | None = None
+
+    @classmethod
+    def from_limit(cls, limit: ReadLimit, settings: SourceSettings, driver_heap: int | None = None) -> "ReadBudget":
+        """The budget of one ``latestOffset(start, limit)``: the one place Spark's read limit is
+        read, as ``KafkaMicroBatchStream.latestOffset`` matches ``ReadLimit`` in one place.
+
+        Spark 4.2 hands a Python source one of two limits (its ``PythonStreamingSourceRunner``
+        refuses any other): ``ReadAllAvailable``, which ``MicroBatchExecution`` passes for
+        ``Trigger.Once`` and which reads everything whatever the options say (PySpark's
+        ``latestOffset`` contract; Spark's Kafka source does so there too), or the source's
+        own :meth:`default_limit`, handed back as it was given, which stands for the source's
+        options: :meth:`from_settings` with ``driver_heap`` (processing-time triggers and
+        ``Trigger.AvailableNow``). The default limit is never ``ReadAllAvailable`` (the
+        options always set a byte budget), so the two cannot be confused.
+        """
+        if isinstance(limit, ReadAllAvailable):
+            return cls()
+        return cls.from_settings(settings, driver_heap)
+
+    @classmethod
+    def default_limit(cls, settings: SourceSettings, driver_heap: int | None = None) -> ReadLimit:
+        """The ``getDefaultReadLimit`` of a source with these options. PySpark has no composite
+        limit, and the budget follows the backlog state, which changes while the query runs;
+        so the limit is the nearest single one to :meth:`from_settings`: the larger record
+        cap, else the minimum, else the byte budget. Spark only hands it back
+        (:meth:`from_limit`)."""
+        budget = cls.from_settings(settings, driver_heap)
+        if budget.caps:
+            return ReadMaxRows(max(budget.caps))
+        if budget.min_records is not None:
+            return ReadMinRows(budget.min_records)
+        if budget.backlog_max_bytes is not None:
+            return ReadMaxBytes(budget.backlog_max_bytes)
+        return ReadAllAvailable()
 
     @classmethod
     def from_settings(cls, settings: SourceSettings, driver_heap: int | None = None) -> "ReadBudget":

@@ -3,6 +3,8 @@ batch that reaches them, events that only confirm, restarts and re-entry."""
 
 import json
 
+import pytest
+
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
 from backlog_source.enumerator import state_codec as offset_codec
@@ -279,3 +281,17 @@ def test_pure_state_rules():
     assert planned.pending == {A0: 9} and planned.finishing == {A1: 4} and planned.boundaries == {A0: 9, A1: 4}
     # A recorded boundary never moves.
     assert BacklogState(pending={A0: 9}).with_boundaries({A0: 20, A1: 3}).pending == {A0: 9, A1: 3}
+
+
+@pytest.mark.parametrize("budget, reenters", [(ReadBudget(max_records=10), True), (ALL, False)])
+def test_reentry_is_judged_by_the_budget_the_batch_was_given(budget, reenters):
+    """The enumerator only receives a budget (``ReadBudget.from_limit``): under the options'
+    budget a lag of many batches enters backlog again; under ``ReadAllAvailable``
+    (Trigger.Once) the batch reads it all, so it is no backlog, whatever the options say."""
+    enumerator, client, _ = make({"backlog.reenterLag": "50", "maxOffsetsPerTrigger": "10"})
+    offset = enumerator.initial_offset()
+    while offset.processing_backlog:
+        offset = enumerator.latest_offset(offset, ALL)
+    offset = enumerator.latest_offset(offset, ALL)  # settles the last finishing buckets
+    client.append("a", 0, 1000)
+    assert enumerator.latest_offset(offset, budget).processing_backlog is reenters

@@ -1,11 +1,13 @@
 """Planning arithmetic, checked against hand-worked examples of Spark's own formulas."""
 
+import json
 import random
 
 import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.split.kafka_split import KafkaRange
@@ -133,3 +135,43 @@ def test_an_unset_byte_budget_is_sized_from_the_drivers_heap_and_a_set_one_is_ke
     assert ReadBudget.from_settings(unset).backlog_max_bytes == 128 << 20  # unknown heap: Spark's default driver
     chosen = parse_options({**base, "backlog.maxBytesPerTrigger": "1g"})
     assert ReadBudget.from_settings(chosen, driver_heap=1 << 30).backlog_max_bytes == 1 << 30
+
+
+def handed_back(limit):
+    """``limit`` as Spark hands it back to ``latestOffset``: the JSON ``getDefaultReadLimit``
+    wrote (PySpark's streaming source runner), rebuilt by PySpark's registry."""
+    from dataclasses import asdict
+
+    from pyspark.sql.datasource_internal import ReadLimitRegistry
+
+    return ReadLimitRegistry().get(json.loads(json.dumps(asdict(limit) | {"_type": type(limit).__name__})))
+
+
+@pytest.mark.parametrize("options, default", [
+    ({}, ReadMaxBytes(128 << 20)),
+    ({"minOffsetsPerTrigger": "50"}, ReadMinRows(50)),
+    ({"maxOffsetsPerTrigger": "100", "backlog.maxOffsetsPerTrigger": "5000"}, ReadMaxRows(5000)),
+    ({"backlog.maxOffsetsPerTrigger": "7", "minOffsetsPerTrigger": "5", "backlog.maxBytesPerTrigger": "1m"},
+     ReadMaxRows(7)),
+])
+def test_the_default_limit_handed_back_is_the_budget_the_options_set(options, default):
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **options})
+    limit = ReadBudget.default_limit(settings, driver_heap=1 << 30)
+    assert limit == default  # never ReadAllAvailable: the options always set a byte budget
+    own = ReadBudget.from_settings(settings, driver_heap=1 << 30)
+    assert ReadBudget.from_limit(handed_back(limit), settings, driver_heap=1 << 30) == own
+
+
+def test_read_all_available_reads_everything_whatever_the_options_say():
+    """What Spark passes for Trigger.Once (PySpark's contract: the options are ignored)."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "10",
+                              "minOffsetsPerTrigger": "5", "backlog.maxBytesPerTrigger": "1m"})
+    budget = ReadBudget.from_limit(handed_back(ReadAllAvailable()), settings, driver_heap=1 << 30)
+    assert budget == ReadBudget() and budget.one_batch_records is None and not budget.bounds_catch_up
+
+
+def test_the_budget_of_spark_s_limit_sizes_an_unset_byte_budget_from_the_drivers_heap():
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
+    for heap, expected in ((512 << 20, 64 << 20), (1 << 30, 128 << 20), (4 << 30, 256 << 20), (None, 128 << 20)):
+        limit = handed_back(ReadBudget.default_limit(settings, heap))
+        assert ReadBudget.from_limit(limit, settings, heap).backlog_max_bytes == expected
