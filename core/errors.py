@@ -12,7 +12,7 @@ removed).
     ├── ConfigError            an option, variable or argument is not allowed (also a ValueError)
     │   └── AccessRefusedError Kafka refused this client: authentication, TLS or an ACL (the message leads with which)
     ├── OffsetFormatError      a persisted value (offset dict, split) has an unknown version or shape
-    │   └── MalformedEvent     a control-topic message that is not a BacklogFinishEvent we understand
+    ├── MalformedEvent         a control-topic message this release cannot read (a message, not an offset)
     ├── MalformedRecordError   a Kafka record the output schema cannot hold (Spark fails the same way)
     ├── DataLossError          records the query should have read are gone
     ├── KafkaUnavailableError  Kafka did not answer in time
@@ -45,8 +45,10 @@ class OffsetFormatError(BacklogSourceError, ValueError):
     """An offset dict or split has an unknown version or a malformed shape."""
 
 
-class MalformedEvent(OffsetFormatError):
-    """A control-topic message that is not a BacklogFinishEvent this release understands."""
+class MalformedEvent(BacklogSourceError, ValueError):
+    """A control-topic message (a BacklogFinishEvent or a RecordSizesReport) that this
+    release cannot read. It is a message another reader wrote, not an offset this query
+    persisted: readers skip it, where a malformed offset fails the query."""
 
 
 class MalformedRecordError(BacklogSourceError):
