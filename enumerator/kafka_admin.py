@@ -37,7 +37,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
-from backlog_source.core.errors import BacklogSourceError, ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.errors import BacklogSourceError, ConfigError, KafkaUnavailableError
 from backlog_source.core.kafka_answers import check_offsets
 from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
 from backlog_source.core.kafka_refusals import (
@@ -48,6 +48,7 @@ from backlog_source.core.kafka_refusals import (
     access_refused,
     refusal_of,
 )
+from backlog_source.events.control_topic import TopicNotCreatedError
 from backlog_source.core.settings import SourceSettings
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class TopicsRecreatedError(TopicsChangedError):
     _CHANGE = "have fewer partitions than a moment ago: deleted and created again"
 
 
+
 class OffsetsClient(Protocol):
     """What the enumerator asks of Kafka. All methods may raise :class:`KafkaUnavailableError`;
     the offsets methods raise :class:`TopicsDeletedError` when a topic they were asked about
@@ -141,7 +143,8 @@ class OffsetsClient(Protocol):
         """The first offset whose timestamp is >= the given one, or None when there is none."""
 
     def ensure_topic(self, topic: str, partitions: int) -> None:
-        """Create ``topic`` if it is missing. Raises :class:`ControlTopicError` if it cannot."""
+        """Create ``topic`` if it is missing. Raises :class:`TopicNotCreatedError` if Kafka
+        refuses to, :class:`AccessRefusedError` if an ACL does."""
 
     def topic_identity(self, topic: str) -> TopicIdentity | None:
         """The topic's id and partition count, or None when it does not exist."""
@@ -502,11 +505,7 @@ class KafkaAdmin:
                 raise access_refused(Refusal.TOPIC_AUTHORIZATION, self._kafka, _error_text(exc), topic=topic,
                                      operation="CREATE") from None
             if _error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # else another query created it first
-                raise ControlTopicError(
-                    f"cannot create the control topic {topic!r} (option 'backlog.eventsTopic'): "
-                    f"{self._kafka.redact(_error_text(exc))}. Create it beforehand with 1 partition, or point "
-                    "'backlog.eventsTopic' at a topic that exists"
-                ) from None
+                raise TopicNotCreatedError(topic, self._kafka.redact(_error_text(exc))) from None
         self._await_leaders(topic)
 
     def _await_leaders(self, topic: str) -> None:

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.client_pool import EVICT_EVERY_S, ClientPool, settings_key
-from backlog_source.core.errors import ControlTopicError
+from backlog_source.core.errors import BacklogSourceError, ControlTopicError
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 from backlog_source.core.kafka_refusals import AUTHORIZATION_CODES, AccessRefusedError, Refusal, principal
@@ -255,13 +255,29 @@ class ControlTopicReader:
 # -- the control topic as the enumerator sees it ------------------------------------------
 
 
+class TopicNotCreatedError(BacklogSourceError):
+    """Kafka refused to create ``topic`` for a reason other than an ACL (a policy, too few
+    brokers, an invalid name); ``detail`` is Kafka's reason, secrets removed. The caller that
+    knows what the topic is for says so: :class:`ControlTopic` raises
+    :class:`~backlog_source.core.errors.ControlTopicError` naming its option. Raised by the
+    admin client (:meth:`~backlog_source.enumerator.kafka_admin.KafkaAdmin.ensure_topic`)."""
+
+    def __init__(self, topic: str, detail: str) -> None:
+        self.topic, self.detail = topic, detail
+        super().__init__(topic, detail)
+
+    def __str__(self) -> str:
+        return f"cannot create topic {self.topic!r}: {self.detail}"
+
+
 class ControlTopicAdmin(Protocol):
     """What :class:`ControlTopic` asks of the enumerator's admin client
     (:class:`~backlog_source.enumerator.kafka_admin.OffsetsClient`). Each method raises
     :class:`~backlog_source.core.kafka_refusals.AccessRefusedError` when Kafka refuses the
     client (naming the topic and the ACL operation when an ACL refused it)."""
 
-    def ensure_topic(self, topic: str, partitions: int) -> None: ...
+    def ensure_topic(self, topic: str, partitions: int) -> None:
+        """Create ``topic`` if it is missing; :class:`TopicNotCreatedError` if Kafka refuses to."""
 
     def topic_identity(self, topic: str) -> TopicIdentity | None: ...
 
@@ -308,9 +324,16 @@ class ControlTopic:
     @contextmanager
     def _refusals(self) -> Iterator[None]:
         """An ACL refusal met while asking about the control topic is one on the control topic:
-        said so, with the ACLs it needs, instead of as a refusal of a topic the user subscribed."""
+        said so, with the ACLs it needs, instead of as a refusal of a topic the user subscribed.
+        A topic Kafka would not create is the control topic: said so, with its option."""
         try:
             yield
+        except TopicNotCreatedError as failed:
+            raise ControlTopicError(
+                f"cannot create the control topic {failed.topic!r} (option 'backlog.eventsTopic'): "
+                f"{failed.detail}. Create it beforehand with 1 partition, or point "
+                "'backlog.eventsTopic' at a topic that exists"
+            ) from None
         except AccessRefusedError as refused:
             if refused.refusal is Refusal.TOPIC_AUTHORIZATION and refused.topic in (None, self._topic):
                 raise control_topic_refused(self._topic, self._kafka, refused.operation, refused.detail) from None

@@ -11,10 +11,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
-from backlog_source.core.errors import ConfigError, ControlTopicError, KafkaUnavailableError
+from backlog_source.core.errors import ConfigError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
 from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError, TopicsRecreatedError
+from backlog_source.events.control_topic import TopicNotCreatedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
 SECRET = "s3cret-pass"
@@ -325,12 +326,13 @@ def test_a_created_topic_is_ready_only_once_its_partitions_have_leaders():
     assert admin.script == []
 
 
-def test_ensure_topic_that_cannot_be_created_names_the_option():
+def test_ensure_topic_that_cannot_be_created_names_the_topic_and_kafkas_reason():
+    """What the topic is for is the caller's to say (events/control_topic.py names its option)."""
     offsets_client, _, _ = client([describe({}), lambda topics: {
         t.topic: future(error=failed(KafkaError.POLICY_VIOLATION, f"refused {SECRET}")) for t in topics}])
-    with pytest.raises(ControlTopicError) as raised:
+    with pytest.raises(TopicNotCreatedError) as raised:
         offsets_client.ensure_topic("_events", 1)
-    assert str(raised.value).startswith("cannot create the control topic '_events' (option 'backlog.eventsTopic')")
+    assert raised.value.topic == "_events" and str(raised.value).startswith("cannot create topic '_events': refused")
     assert SECRET not in str(raised.value)
 
 

@@ -7,6 +7,7 @@ admin client are scripted fakes; the clock too."""
 from __future__ import annotations
 
 import logging
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +17,13 @@ from backlog_source.core.errors import ControlTopicError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal, access_refused
 from backlog_source.core.settings import parse_options
-from backlog_source.events.control_topic import ControlTopic, ControlTopicReader, ProducerPool, publish
+from backlog_source.events.control_topic import (
+    ControlTopic,
+    ControlTopicReader,
+    ProducerPool,
+    TopicNotCreatedError,
+    publish,
+)
 from backlog_source.events.finish_event import BacklogFinishEvent
 from backlog_source.events.sizes_report import RecordSizesReport
 from tests.fakes import (
@@ -230,6 +237,25 @@ def refused(refusal=Refusal.TOPIC_AUTHORIZATION, topic="_events", operation="DES
                           operation=operation)
 
 
+class UncreatableClient(FakeOffsetsClient):
+    """A cluster that refuses to create any topic (a policy, too few brokers)."""
+
+    def ensure_topic(self, topic, partitions):
+        if topic not in self.topics:
+            raise TopicNotCreatedError(topic, "Broker: Policy violation")
+
+
+def test_a_control_topic_kafka_will_not_create_is_named_with_its_option_at_open_and_later():
+    client = UncreatableClient(topics={"a": [(0, 10)]})
+    for step in (ControlTopic(SECURED, client, RecordingControlReader()).open,
+                 lambda: ControlTopic(SECURED, client, RecordingControlReader()).read_from(0)):
+        with pytest.raises(ControlTopicError) as raised:
+            step()
+        assert str(raised.value) == (
+            "cannot create the control topic '_events' (option 'backlog.eventsTopic'): Broker: Policy violation. "
+            "Create it beforehand with 1 partition, or point 'backlog.eventsTopic' at a topic that exists")
+
+
 @pytest.mark.parametrize("operation", ["DESCRIBE", "CREATE"])
 def test_an_acl_refusing_the_control_topic_names_it_the_option_and_every_acl_it_needs(operation):
     """Issue 46: a principal with READ and DESCRIBE on its topic only failed at start with
@@ -380,3 +406,9 @@ def test_a_write_an_acl_refuses_is_logged_with_the_control_topics_acls(caplog):
     assert "authorization refused for topic '_backlog_events', the control topic (option 'backlog.eventsTopic')" \
         in caplog.text
     assert "allow principal User:u WRITE on it" in caplog.text and "s3cret" not in caplog.text
+
+
+def test_a_topic_not_created_pickles_with_its_topic_and_reason():
+    again = pickle.loads(pickle.dumps(TopicNotCreatedError("_events", "Broker: Policy violation")))
+    assert (again.topic, again.detail, str(again)) == ("_events", "Broker: Policy violation",
+                                                       "cannot create topic '_events': Broker: Policy violation")
