@@ -271,10 +271,10 @@ class KafkaAdmin:
             share_end = self._clock() + max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
             backoff = _BACKOFF_S
             while True:
-                failure = self._try(what, request, max(share_end - self._clock(), 0.001))
-                if not isinstance(failure, BaseException):
-                    return failure.value
-                reason = self._reason(failure)
+                outcome = self._try(what, request, max(share_end - self._clock(), 0.001))
+                if outcome.failure is None:
+                    return outcome.answer
+                reason = outcome.failure
                 self.close()
                 if self._clock() + backoff >= share_end:
                     break
@@ -293,27 +293,28 @@ class KafkaAdmin:
             self._sleep(policy.retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 
-    def _try(self, what: str, request: Callable[[float], T], timeout_s: float) -> "_Answer[T] | BaseException":
-        """One request: its answer, or the retriable failure. Raises what retrying cannot fix:
-        :class:`AccessRefusedError` when Kafka refused this client (its message leads with
-        why), :class:`ConfigError` for a request it refused as invalid."""
+    def _try(self, what: str, request: Callable[[float], T], timeout_s: float) -> "_Attempt[T]":
+        """One request: its answer, or why it failed when asking again may help (the reason,
+        redacted). Raises what retrying cannot fix: :class:`AccessRefusedError` when Kafka
+        refused this client (its message leads with why), :class:`ConfigError` for a request
+        it refused as invalid."""
         self._forget_refusals()
         try:
-            return _Answer(request(timeout_s))
+            return _Attempt(answer=request(timeout_s))
         except KafkaException as exc:
             if _error_code(exc) in _NOT_RETRIABLE:
                 raise self._refused(what, exc) from None
-            failure: BaseException = exc
+            failure: Exception = exc
         except (ConfigError, TopicsChangedError):
             raise  # the client could not be created, or the topic is gone or new: retrying changes nothing
-        except Exception as exc:  # futures raise plain errors (e.g. "Handle is terminating") too
+        except Exception as exc:  # retry boundary: futures raise plain errors (e.g. "Handle is terminating") too
             failure = exc
         refused = self._connection_refused()
         if refused is not None:
             # Wrong credentials or an untrusted certificate show up as a timeout, with the
             # reason only in the error callback and the connection log; retrying cannot fix them.
             raise refused from None
-        return failure
+        return _Attempt(failure=self._reason(failure))
 
     def _refused(self, what: str, exc: KafkaException) -> ConfigError:
         """The error for a request Kafka refused at once (a code in ``_NOT_RETRIABLE``)."""
@@ -533,10 +534,12 @@ _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
 
 
 @dataclass(frozen=True)
-class _Answer(Generic[T]):
-    """A request's answer, told apart from a failure :meth:`KafkaAdmin._try` returns."""
+class _Attempt(Generic[T]):
+    """What one request of :meth:`KafkaAdmin._try` came to: its ``answer`` (which may be
+    None) when ``failure`` is None, else ``failure``, the redacted reason it failed."""
 
-    value: T
+    answer: T | None = None
+    failure: str | None = None
 
 
 def _offsets_of(futures: Mapping[TopicPartition, Future], timeout_s: float,
