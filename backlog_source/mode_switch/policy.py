@@ -80,8 +80,9 @@ class SwitchPolicy:
         """The switcher for the just-started ``query`` between the modes' ``intervals_ms``,
         and why (logged once). ``restart`` builds the restart switcher. Takes milliseconds:
         an in-place switcher is only prepared here (the controller attaches it to the
-        running executor). Raises :class:`ConfigError` when in place is impossible on this
-        Spark runtime and a restart is not allowed."""
+        running executor). Raises :class:`ModeSwitchError` when in place is impossible on this
+        Spark runtime and a restart is not allowed: the same kind as :meth:`fall_back`
+        raises for the same cause found later (it is no option's fault)."""
         if self.asked is AskedMethod.RESTART:
             return restart(), "the restart method was asked for"
         if self.connect:
@@ -92,7 +93,7 @@ class SwitchPolicy:
                 "plan is ready)")
         except ModeSwitchError as exc:
             if self.why_no_restart is not None:
-                raise ConfigError(f"in place is impossible on this Spark runtime ({exc}), and {self.why_no_restart}") from None
+                raise ModeSwitchError(f"in place is impossible on this Spark runtime ({exc}), and {self.why_no_restart}") from None
             return restart(), f"in place is impossible: {exc}"
 
     def fall_back(self, problem: ModeSwitchError, restart: Callable[[], RestartSwitcher]) -> TriggerSwitcher:

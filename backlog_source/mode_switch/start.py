@@ -34,7 +34,9 @@ def start_backlog_aware(
     none. ``switch_method``: ``"auto"`` (in place where the Spark runtime allows it, else
     by restart), or ``"in-place"`` / ``"restart"`` to insist (``"in-place"`` fails when it
     is impossible). Raises :class:`ConfigError`, saying what to change, when the writer or
-    the intervals do not qualify. When the environment asks for OpenTelemetry metrics, the
+    the intervals do not qualify, and :class:`~backlog_source.core.errors.ModeSwitchError`
+    (the query stopped again) when in place is impossible on this Spark runtime and a
+    restart is not allowed. When the environment asks for OpenTelemetry metrics, the
     session's backlog metrics are exported too (:mod:`.session_metrics`).
     """
     intervals_ms = mode_intervals(high_throughput_interval, low_latency_interval)

@@ -33,7 +33,7 @@ def test_where_in_place_is_impossible_at_start_the_restart_method_is_chosen_and_
     # Unless a restart is not allowed: then starting fails, saying why.
     for refusing in (SwitchPolicy(restart_refused="the memory sink cannot restart"),
                      SwitchPolicy(asked=AskedMethod.IN_PLACE)):
-        with pytest.raises(ConfigError, match=f"in place is impossible on this Spark runtime \\(.*{reason}"):
+        with pytest.raises(ModeSwitchError, match=f"in place is impossible on this Spark runtime \\(.*{reason}"):
             refusing.choose(java_query(execution()), INTERVALS, lambda: restart)
 
 
