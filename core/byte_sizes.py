@@ -24,11 +24,20 @@ EXAMPLES = "'256m', '1g', '512k', '1048576'"
 def size_bytes(name: str, text: object) -> int:
     """Bytes of ``text``; ``name`` is the option named in the error. Raises
     :class:`ConfigError` saying what is allowed."""
+    size = parsed_size(text)
+    if size is None:
+        raise ConfigError(f"{name} must be a size such as {EXAMPLES} (binary units, a bare number is bytes), "
+                          f"got {text!r}")
+    return size
+
+
+def parsed_size(text: object) -> int | None:
+    """Bytes of ``text``, or None when it is not a size: for a caller that names the option
+    in its own error (core/settings.py)."""
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNIT_BYTES:
-        raise ConfigError(f"{name} must be a size such as {EXAMPLES} (binary units, a bare number is bytes), "
-                          f"got {text!r}")
+        return None
     return int(match.group(1)) * _UNIT_BYTES[unit]
 
 

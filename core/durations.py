@@ -29,12 +29,21 @@ def duration_ms(name: str, text: object, *, bare_number_unit: str | None = "ms")
     A bare number means ``bare_number_unit`` (Spark's ``timeStringAsMs`` reads it as ms);
     with None a unit is required. Raises :class:`ConfigError` saying what is allowed.
     """
+    ms = parsed_duration_ms(text, bare_number_unit=bare_number_unit)
+    if ms is None:
+        raise ConfigError(f"{name} must be a duration such as {EXAMPLES}, got {text!r}")
+    return ms
+
+
+def parsed_duration_ms(text: object, *, bare_number_unit: str | None = "ms") -> int | None:
+    """Milliseconds of ``text`` (as :func:`duration_ms`), or None when it is not a duration:
+    for a caller that names the option in its own error (core/settings.py)."""
     match = _DURATION.match(str(text))
     unit = match.group(2).lower() if match else ""
     if not unit and match is not None:
         unit = bare_number_unit or ""
     if match is None or unit not in _UNIT_MS:
-        raise ConfigError(f"{name} must be a duration such as {EXAMPLES}, got {text!r}")
+        return None
     return round(float(match.group(1)) * _UNIT_MS[unit])
 
 

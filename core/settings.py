@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.byte_sizes import EXAMPLES as BYTE_EXAMPLES
-from backlog_source.core.byte_sizes import size_bytes
-from backlog_source.core.durations import duration_ms
+from backlog_source.core.byte_sizes import parsed_size
+from backlog_source.core.durations import parsed_duration_ms
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig
 from backlog_source.core.kafka_options import SPARK_REFUSED, check_bootstrap, check_refused, kafka_client_config
@@ -45,6 +45,9 @@ class StartingPoint(TextEnum):
 
 
 # -- value parsers: each takes the raw option string and raises ValueError("must be ...") ----
+# A parser does not know its option's name: the one caller that does (SourceSettings, or
+# _parse_value) raises the ConfigError naming it, once. Checks of several options together
+# name them and raise ConfigError themselves.
 
 
 def _strict_bool(raw: Any) -> bool:
@@ -191,11 +194,10 @@ def _byte_size(raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         value = raw
     else:
-        try:
-            value = size_bytes("it", raw)
-        except ConfigError:
+        value = parsed_size(raw)
+        if value is None:
             raise ValueError(f"must be a size such as {BYTE_EXAMPLES} (binary units, a bare number is bytes), "
-                             f"got {raw!r}") from None
+                             f"got {raw!r}")
     if value <= 0:
         raise ValueError(f"must be a positive size, got {raw!r}")
     return value
@@ -204,10 +206,10 @@ def _byte_size(raw: Any) -> int:
 def _duration(raw: Any) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
-    try:
-        return duration_ms("it", raw)
-    except ConfigError:
-        raise ValueError(f"must be a duration such as '500ms', '30s', '15m', '1h', got {raw!r}") from None
+    value = parsed_duration_ms(raw)
+    if value is None:
+        raise ValueError(f"must be a duration such as '500ms', '30s', '15m', '1h', got {raw!r}")
+    return value
 
 
 _positive = _whole_number(1, "a positive whole number")
@@ -330,12 +332,11 @@ class SourceSettings:
                 problems.append(_option_message(_OPTION_OF_FIELD[each.name], str(exc)))
         if problems:
             raise ConfigError("; ".join(problems))
-        try:
-            self._check_combinations()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        self._check_combinations()
 
     def _check_combinations(self) -> None:
+        """Options that are allowed alone but not together. Raises :class:`ConfigError`
+        naming them."""
         _check_subscription(
             {"subscribe": self.subscribe, "subscribePattern": self.subscribe_pattern, "assign": self.assign}
         )
@@ -345,7 +346,7 @@ class SourceSettings:
         # (ReadBudget.one_batch_records, split/planning.py, where the limits are combined).
         if self.backlog_reenter_lag is not None and self.max_offsets_per_trigger is None and (
                 self.backlog_max_offsets_per_trigger is None):
-            raise ValueError(
+            raise ConfigError(
                 "'backlog.reenterLag' needs a read limit, 'maxOffsetsPerTrigger' or 'backlog.maxOffsetsPerTrigger': "
                 "without one every batch reads all there is, so no lag is ever more than one batch"
             )
@@ -575,32 +576,28 @@ def _check_general(values: Mapping[str, str], kafka_options: Mapping[str, str]) 
     its value: an empty ``subscribe`` is named before a missing ``kafka.bootstrap.servers``),
     ``minPartitions``, ``maxRecordsPerPartition``, the ``kafka.*`` options Spark refuses,
     ``kafka.bootstrap.servers``, then ``minOffsetsPerTrigger`` above ``maxOffsetsPerTrigger``."""
-    try:
-        _check_subscription({name: values.get(name) for name in _SUBSCRIPTIONS})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    _check_subscription({name: values.get(name) for name in _SUBSCRIPTIONS})
     _parse_value(values, next(name for name in _SUBSCRIPTIONS if values.get(name) is not None))
     _parse_value(values, "minPartitions")
     _parse_value(values, "maxRecordsPerPartition")
     check_refused(kafka_options, SPARK_REFUSED)
     check_bootstrap(kafka_options)
     if "minOffsetsPerTrigger" in values and "maxOffsetsPerTrigger" in values:
-        try:
-            _check_trigger_limits(_parse_value(values, "minOffsetsPerTrigger"),
-                                  _parse_value(values, "maxOffsetsPerTrigger"))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        _check_trigger_limits(_parse_value(values, "minOffsetsPerTrigger"),
+                              _parse_value(values, "maxOffsetsPerTrigger"))
 
 
 def _check_trigger_limits(minimum: int | None, maximum: int | None) -> None:
+    """Raises :class:`ConfigError` naming both options when the minimum exceeds the maximum."""
     if minimum is not None and maximum is not None and minimum > maximum:
-        raise ValueError(f"'minOffsetsPerTrigger' ({minimum}) must not exceed 'maxOffsetsPerTrigger' ({maximum})")
+        raise ConfigError(f"'minOffsetsPerTrigger' ({minimum}) must not exceed 'maxOffsetsPerTrigger' ({maximum})")
 
 
 def _check_subscription(chosen: Mapping[str, Any]) -> None:
+    """Raises :class:`ConfigError` unless exactly one subscription option is set."""
     given = [name for name, value in chosen.items() if value is not None]
     if len(given) != 1:
-        raise ValueError(
+        raise ConfigError(
             "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set, "
             f"got {', '.join(repr(c) for c in given) if given else 'none'}"
         )

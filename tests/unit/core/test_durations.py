@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backlog_source.core.durations import duration_seconds, processing_time, trigger_interval_ms
+from backlog_source.core.durations import duration_seconds, parsed_duration_ms, processing_time, trigger_interval_ms
 from backlog_source.core.errors import ConfigError
 
 
@@ -25,3 +25,8 @@ def test_a_trigger_interval_needs_a_unit_and_its_text_parses_back():
         trigger_interval_ms("x", "500")
     for interval_ms in (0, 250, 60_000):
         assert trigger_interval_ms("x", processing_time(interval_ms)) == interval_ms
+
+
+def test_parsed_duration_is_none_where_duration_ms_raises():
+    assert parsed_duration_ms("2 minutes") == 120_000 and parsed_duration_ms("soon") is None
+    assert parsed_duration_ms("5", bare_number_unit=None) is None

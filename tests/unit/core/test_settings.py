@@ -367,3 +367,17 @@ def test_load_reports_a_problem_both_kinds_of_read_report_first(options, named):
 
 def test_load_parses_what_either_kind_of_read_accepts():
     assert parse_options_at_load({**BASE, "endingOffsets": "latest"}).ending_offsets is StartingPoint.LATEST
+
+
+@pytest.mark.parametrize("options", [
+    {"kafka.bootstrap.servers": "h:1"},
+    {**BASE, "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+    {**BASE, "backlog.reenterLag": "5"},
+    {**BASE, "backlog.maxBytesPerTrigger": "lots"},
+    {**BASE, "backlog.targetBatchDuration": "soon"},
+])
+def test_a_settings_error_is_raised_once_as_a_config_error(options):
+    """Issue 47: not a ValueError turned into a ConfigError, or a ConfigError into a ValueError."""
+    with pytest.raises(ConfigError) as raised:
+        parse_options(options)
+    assert raised.value.__cause__ is None and raised.value.__context__ is None
