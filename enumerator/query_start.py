@@ -48,9 +48,10 @@ class StartingOffsets:
 
     def resolve(self, buckets: set[Bucket]) -> StartingPositions:
         positions = self._positions(buckets)
-        if self._settings.snapshot_path is None:
+        path = self._settings.snapshot_path
+        if path is None:
             return StartingPositions(positions)
-        return self._bootstrap_from_snapshot(buckets, positions)
+        return self._bootstrap_from_snapshot(path, buckets, positions)
 
     def _positions(self, buckets: set[Bucket]) -> dict[Bucket, int]:
         settings = self._settings
@@ -106,11 +107,9 @@ class StartingOffsets:
         latest = self._client.latest_offsets(unmatched) if unmatched else {}
         return {b: (offset if offset is not None else latest[b]) for b, offset in found.items()}
 
-    def _bootstrap_from_snapshot(self, buckets: set[Bucket], positions: dict[Bucket, int]) -> StartingPositions:
-        """The snapshot's buckets start at their ``log_offset``, the others as the starting
-        options say."""
-        path = self._settings.snapshot_path
-        assert path is not None
+    def _bootstrap_from_snapshot(self, path: str, buckets: set[Bucket], positions: dict[Bucket, int]) -> StartingPositions:
+        """The buckets of the snapshot at ``path`` start at their ``log_offset``, the others
+        as the starting options say."""
         _, _, manifest = self._load(path)
         topic = manifest.topic
         partitions = {b.partition for b in buckets if b.topic == topic}

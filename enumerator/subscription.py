@@ -76,12 +76,13 @@ class Subscription:
                 self._warned.add(missing)
                 log.warning("subscribed topic(s) %s do not exist yet; the query reads them once they appear",
                             ", ".join(missing))
-        else:
-            assert self._pattern is not None
+        elif self._pattern is not None:
             matched = [t for t in self._client.topic_names()
                        if self._pattern.search(t) and t != settings.backlog_events_topic]
             topics = {name: identity for name, identity in self._client.describe_topics(matched).items()
                       if not identity.internal}
+        else:  # SourceSettings refuses this at load; a hand-built one is refused here
+            raise ConfigError("none of 'subscribe', 'subscribePattern' or 'assign' is set: exactly one must be")
         buckets = {Bucket(topic, p) for topic, identity in topics.items() for p in range(identity.partitions)}
         return Covered(topics, frozenset(buckets), missing)
 

@@ -184,7 +184,7 @@ def read_split(
                         span = spans.get(r.bucket)
                         if span is not None:
                             span.boundary_reached(position)
-                        _report_finish(r, split.source_id, config, position, publish_event, span)
+                        _report_finish(r, r.boundary, split.source_id, config, position, publish_event, span)
                     if position >= r.end and r.bucket in spans:
                         # Export before handing over the range's last batch: once Spark
                         # has it, the task may end and the worker may be reused or killed.
@@ -210,14 +210,15 @@ def read_split(
             pool.give_back(key, consumer)
 
 
-def _report_finish(r: KafkaRange, source_id: str, config: ReaderConfig, position: int, publish_event,
+def _report_finish(r: KafkaRange, boundary: int, source_id: str, config: ReaderConfig, position: int, publish_event,
                    span: ReadSpan | None) -> None:
-    assert r.boundary is not None
+    """Publish that ``r``'s bucket reached ``position``, at or past its ``boundary`` (called
+    only for a range that crosses it)."""
     event = BacklogFinishEvent(
         source_id=source_id,
         topic=r.topic,
         partition=r.partition,
-        boundary_offset=r.boundary,
+        boundary_offset=boundary,
         reached_offset=position,
         emitted_at_ms=int(time.time() * 1000),
         traceparent=span.ids.traceparent if span is not None else r.traceparent,

@@ -166,7 +166,8 @@ class KafkaNode:
 
     @property
     def pid(self) -> int:
-        assert self.process is not None, "the node is not running"
+        if self.process is None:
+            raise EmbeddedBrokerError(f"Kafka node {self.node_id} is not running: it has no pid")
         return self.process.pid
 
     def running(self) -> bool:

@@ -92,8 +92,7 @@ def start_broker(advertised_port: int | None = None) -> EmbeddedBroker:
 
     def pump() -> None:
         # Keep draining the broker's output so it never blocks on a full pipe.
-        assert process.stdout is not None
-        for line in process.stdout:
+        for line in process.stdout or ():  # always a pipe: Popen was given stdout=PIPE
             if len(broker._output) < 200:
                 broker._output.append(line.rstrip())
             if "ready" in line:

@@ -140,8 +140,14 @@ class ModeController:
 
     @property
     def switch_method(self) -> SwitchMethod:
-        assert self._switch is not None, "start() first"
-        return self._switch.method
+        return self._started().method
+
+    def _started(self) -> QuerySwitch:
+        """The switch :meth:`start` made. Raises :class:`ModeSwitchError` before it: the
+        handle runs nothing on a controller that has not started a query."""
+        if self._switch is None:
+            raise ModeSwitchError("the mode controller has not started a query: start() first")
+        return self._switch
 
     def stopping(self) -> None:
         """The handle is stopping: an attach still waiting gives up, no switch starts."""
@@ -177,12 +183,12 @@ class ModeController:
         Where the running executor fails the in-place checks, the policy falls back to
         restarts or refuses; refused, the controller ends with the error in ``failure`` (the
         query keeps running in its first mode). False when the controller ended."""
-        assert self._switch is not None, "start() first"
+        switch = self._started()
         try:
-            self._switch.switcher.attach(self._switch.mode, cancelled=lambda: self._stopping)
+            switch.switcher.attach(switch.mode, cancelled=lambda: self._stopping)
         except ModeSwitchError as exc:
             try:
-                self._switch.switcher = self._policy.fall_back(exc, self._restart_switcher)
+                switch.switcher = self._policy.fall_back(exc, self._restart_switcher)
             except ModeSwitchError as refused:
                 self.failure = refused
                 log.error("%s", refused)
@@ -192,8 +198,7 @@ class ModeController:
     def handle(self, message: Message) -> bool:
         """Act on one message; False once the controller is done (stopped, the query
         terminated, or a switch failed: then ``failure`` says why)."""
-        switch = self._switch
-        assert switch is not None, "start() first"
+        switch = self._started()
         log.debug("controller: %s (current run %s, mode %s)", message, switch.run_id, switch.mode.value)
         if isinstance(message, Stop):
             self.stop_query()

@@ -103,3 +103,11 @@ def test_check_assigned_exist_does_nothing_for_a_subscription():
     client = FakeOffsetsClient({"a": [(0, 0)]})
     subscription(client, subscribe="a").check_assigned_exist()
     assert client.calls == []
+
+
+def test_settings_without_a_subscription_are_refused_here_too():
+    """SourceSettings refuses them at load; one built around that is refused, not misread."""
+    settings = parse_options({**BASE, "subscribe": "a"})
+    object.__setattr__(settings, "subscribe", None)
+    with pytest.raises(ConfigError, match="none of 'subscribe', 'subscribePattern' or 'assign' is set"):
+        Subscription(settings, FakeOffsetsClient(topics={"a": [(0, 1)]})).covered()

@@ -451,3 +451,11 @@ def test_stop_on_the_listener_thread_of_a_connect_session_does_not_hang():
     session.session.streams.addListener(StopsOnIdle())
     session.post(idle_event(query, 5000))
     assert finished.wait(WAIT_S + 5) and query.stopped
+
+
+def test_a_controller_asked_before_start_says_so_even_under_python_o():
+    """An explicit raise, not an assert (asserts vanish under ``python -O``)."""
+    controller = ModeController(FakeWriter(), INTERVALS, ChosenPolicy())
+    for ask in (lambda: controller.switch_method, controller.attach, lambda: controller.handle(QueryTerminated("q", "r", None))):
+        with pytest.raises(ModeSwitchError, match=r"start\(\) first"):
+            ask()
