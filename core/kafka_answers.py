@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from backlog_source.core.errors import BacklogSourceError
+
 K = TypeVar("K")
 
 
-class NoValidOffsets(Exception):
-    """An answer from Kafka that holds no valid offset for some partition. Callers treat it
-    as a failed request: retried, logged or raised as their own error."""
+class NoValidOffsets(BacklogSourceError):
+    """An answer from Kafka that holds no valid offset for some partition, or no answer in
+    time. Callers treat it as a failed request: retried, logged or raised as their own error."""
 
 
 def check_offsets(answers: Mapping[K, int], lowest: int = 0) -> Mapping[K, int]:
@@ -36,8 +38,12 @@ def check_offsets(answers: Mapping[K, int], lowest: int = 0) -> Mapping[K, int]:
 def watermarks(consumer: Any, partition: Any, timeout_s: float) -> tuple[int, int]:
     """``(low, high)`` of ``partition``, asked of the broker through ``consumer`` (a
     confluent-kafka Consumer). Raises what the consumer raises (``KafkaException``: timed
-    out, broker down) and :class:`NoValidOffsets` for an answer below 0."""
-    low, high = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
+    out, broker down) and :class:`NoValidOffsets` for an answer below 0 or none (confluent-kafka
+    documents None for a timeout)."""
+    answer = consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
+    if answer is None:
+        raise NoValidOffsets(f"no answer within {timeout_s:g} s")
+    low, high = answer
     if low < 0 or high < 0:
         raise NoValidOffsets(f"no valid offsets (answered {low}, {high})")
     return low, high

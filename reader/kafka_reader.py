@@ -23,14 +23,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.client_pool import settings_key
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import KafkaUnavailableError
-from backlog_source.core.kafka_answers import watermarks
+from backlog_source.core.kafka_answers import NoValidOffsets, watermarks
 from backlog_source.core.kafka_config import ClientRole
 from backlog_source.core.kafka_refusals import Refusal, access_refused
 from backlog_source.core.settings import ReaderConfig
@@ -477,7 +477,7 @@ def _handle_out_of_range(consumer, r: KafkaRange, position: int, config: ReaderC
     tp = TopicPartition(r.topic, r.partition)
     try:
         low, high = watermarks(consumer, tp, config.poll_timeout_ms / 1000)
-    except Exception as exc:  # KafkaException (timed out, broker down) or NoValidOffsets
+    except (KafkaException, NoValidOffsets) as exc:  # timed out, broker down, or an invalid answer
         raise KafkaUnavailableError(
             f"offset {position} of {r.bucket} is out of range, and asking Kafka for its earliest and latest "
             f"offsets failed within kafkaConsumer.pollTimeoutMs ({config.poll_timeout_ms} ms): "

@@ -36,6 +36,12 @@ def test_watermarks_below_zero_are_a_failed_request(answer):
         watermarks(FakeConsumer([], watermarks=answer), "t-0", 1)
 
 
+def test_no_watermark_answer_in_time_is_a_failed_request():
+    """confluent-kafka documents None for a timeout: a failed request, not a TypeError."""
+    with pytest.raises(NoValidOffsets, match=r"no answer within 1 s"):
+        watermarks(FakeConsumer([], watermarks=None), "t-0", 1)
+
+
 def test_a_failed_watermark_request_raises_what_the_consumer_raised():
     timed_out = KafkaException(KafkaError(KafkaError._TIMED_OUT))
     with pytest.raises(KafkaException):
