@@ -115,7 +115,7 @@ class ClientPool:
             return
         try:
             self._reset(client)
-        except Exception as exc:  # a client that cannot be reset is not reused
+        except Exception as exc:  # process boundary: cleanup; a client that cannot be reset is closed, not reused
             log.info("closing a Kafka %s that could not be reset for reuse: %s", self.kind, type(exc).__name__)
             self._close_quietly(client)
             return
@@ -169,7 +169,7 @@ class ClientPool:
     def _close_quietly(self, client) -> None:
         try:
             self._close(client)
-        except Exception as exc:  # already closed, or the broker gone: nothing left to release
+        except Exception as exc:  # process boundary: cleanup; closed already, or the broker gone
             log.debug("closing a Kafka %s failed: %s", self.kind, type(exc).__name__)
 
     def _start_evictor(self) -> None:
@@ -185,5 +185,5 @@ class ClientPool:
             time.sleep(self._evict_every_s)
             try:
                 self.evict_idle()
-            except Exception:  # noqa: BLE001 - the evictor must outlive one failed close
+            except Exception:  # process boundary: the evictor thread must outlive one failed close
                 log.debug("evicting idle Kafka %ss failed", self.kind, exc_info=True)

@@ -307,7 +307,7 @@ class KafkaAdmin:
             failure: Exception = exc
         except (ConfigError, TopicsChangedError):
             raise  # the client could not be created, or the topic is gone or new: retrying changes nothing
-        except Exception as exc:  # retry boundary: futures raise plain errors (e.g. "Handle is terminating") too
+        except Exception as exc:  # process boundary: librdkafka's futures raise plain errors too
             failure = exc
         refused = self._connection_refused()
         if refused is not None:
@@ -480,7 +480,7 @@ class KafkaAdmin:
                     continue
                 if partitions <= highest[name]:
                     shrunk.append(name)
-        except Exception:  # noqa: BLE001 - cannot tell: the original failure is retried
+        except Exception:  # process boundary: a check after a failure; if it fails too, the original failure is retried
             return
         if shrunk:
             raise TopicsRecreatedError(shrunk)

@@ -125,7 +125,7 @@ class KafkaRecordSizes:
             return {}
         try:
             measured = self._sample({b: positions[b] for b in sampled})
-        except Exception as exc:  # noqa: BLE001 - a failed measurement falls back, never fails the query
+        except Exception as exc:  # process boundary: best effort; a failure falls back
             log.warning("could not measure record sizes for the byte budget (%s); planning with a safe guess",
                         self._kafka.redact(str(exc) or type(exc).__name__))
             self.close()
@@ -174,6 +174,6 @@ class KafkaRecordSizes:
         if self._consumer is not None:
             try:
                 self._consumer.close()
-            except Exception:  # noqa: BLE001 - already closed or the broker gone
+            except Exception:  # process boundary: cleanup; already closed or the broker gone
                 pass
             self._consumer = None

@@ -148,7 +148,7 @@ def publish(config: ReaderConfig, event: ControlEvent, pool: ClientPool = PRODUC
             on_delivery=lambda err, _msg: delivered.append(err),
         )
         producer.flush(timeout_ms / 1000 + 5)
-    except Exception as exc:  # BufferError, KafkaException: never fail the read for this
+    except Exception as exc:  # process boundary: best effort, never fails the read
         if producer is not None:
             pool.discard(producer)
         log.warning("could not publish %s: %s", event.describe(), config.kafka.redact(str(exc)))
@@ -215,7 +215,7 @@ class ControlTopicReader:
         timeout_s = self._timeout_ms / 1000
         try:
             low, high = watermarks(consumer, partition, timeout_s)
-        except Exception as exc:  # KafkaException, or NoValidOffsets (which would read as a re-created topic)
+        except Exception as exc:  # process boundary: best effort, never fails planning
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and error.code() in AUTHORIZATION_CODES:
                 log.warning("%s", control_topic_refused(topic, self._kafka, "DESCRIBE", error.str()))

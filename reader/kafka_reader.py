@@ -198,7 +198,7 @@ def read_split(
             span.finish(None)
         pool.discard(consumer)
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # cleanup, then re-raised
         for span in spans.values():
             span.finish(None, error=type(exc).__name__)
         pool.discard(consumer)
@@ -447,7 +447,7 @@ def _vanished(consumer, r: KafkaRange, config: ReaderConfig) -> bool:
     unknown-topic error can also be a transient metadata glitch)."""
     try:
         metadata = consumer.list_topics(r.topic, timeout=min(config.poll_timeout_ms / 1000, 10))
-    except Exception:
+    except Exception:  # process boundary: a check after a failure; cannot tell: keep trying until pollTimeoutMs
         return False  # cannot tell: keep trying until pollTimeoutMs
     topic = metadata.topics.get(r.topic)
     if topic is not None and topic.error is not None:

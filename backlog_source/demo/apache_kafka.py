@@ -287,7 +287,7 @@ class KafkaCluster:
                 if len(brokers) >= want:
                     return
                 last_error = f"{len(brokers)} of {want} brokers registered"
-            except Exception as exc:  # noqa: BLE001  (not up yet: any client error means "wait")
+            except Exception as exc:  # process boundary: a broker starting up; any client error means "wait"
                 last_error = str(exc)
             time.sleep(0.1)
         raise EmbeddedBrokerError(f"Apache Kafka did not become ready in {timeout_s:.0f} s ({last_error}): "
@@ -346,11 +346,11 @@ def start_kafka(
         cluster = KafkaCluster(members, folder, advertised_port, own_folder)
         try:
             cluster.wait_ready()
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             cluster.stop()
             raise
         return cluster
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         for member in members:
             member.kill()
         if own_folder:

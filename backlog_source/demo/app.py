@@ -179,7 +179,7 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
     produced (Tansu's seal records included, see ``DemoSettings.needs_seals``)."""
     try:
         create_topic(bootstrap, settings.topic, settings.partitions)
-    except Exception as exc:  # the topic may exist on a real cluster: add to it
+    except Exception as exc:  # process boundary: the demo's own setup; the topic may exist on a real cluster: add to it
         console.print(f"topic {settings.topic} not created ({exc}); seeding into the existing topic")
     partitions = _partition_count(bootstrap, settings)
     value = b"s" * settings.value_size

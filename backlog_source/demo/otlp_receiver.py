@@ -130,7 +130,7 @@ class OtlpReceiver:
                         receiver._add(receiver._spans, decode_spans(body), receiver._jsonl)
                     else:
                         receiver._add(receiver._points, decode_points(body), receiver._metrics_jsonl)
-                except Exception as exc:  # a malformed request is the sender's problem
+                except Exception as exc:  # process boundary: HTTP handler; the sender's problem (400)
                     self.send_error(400, f"not an OTLP export request: {exc}")
                     return
                 self.send_response(200)

@@ -62,7 +62,7 @@ class MetricsExport:
         """Collect and export now; False when that did not finish in time or failed."""
         try:
             return bool(self.provider.force_flush(timeout_ms))
-        except Exception as exc:
+        except Exception as exc:  # process boundary: a telemetry exporter; exporting must not fail the query
             log.warning("could not export metrics: %s", exc)
             return False
 
@@ -73,7 +73,7 @@ class MetricsExport:
         self._shut = True
         try:
             self.provider.shutdown(timeout_millis=SHUTDOWN_TIMEOUT_MS)
-        except Exception as exc:
+        except Exception as exc:  # process boundary: a telemetry exporter's cleanup
             log.debug("metrics shutdown: %s", exc)
 
 
@@ -90,7 +90,7 @@ def _callback(metrics: BacklogMetrics, instrument: names.Instrument):
     def observe(options):
         try:
             return [Observation(value, attributes) for value, attributes in metrics.observe(instrument)]
-        except Exception as exc:  # a bug here must cost a data point, not the reader's thread
+        except Exception as exc:  # process boundary: the reader's thread loses a point, not itself
             log.warning("could not observe %s: %s", instrument.name, exc)
             return []
 

@@ -158,7 +158,7 @@ class ConnectStarts:
             return  # the switch's own start (replace() adds it to the lineage)
         try:
             kept = self._keep(writer)
-        except Exception:  # noqa: BLE001 - bookkeeping only
+        except Exception:  # process boundary: the hook on the user's start(); bookkeeping must never fail their start
             log.debug("install(): could not keep the writer of query %s", query_id, exc_info=True)
             return
         if kept is None:

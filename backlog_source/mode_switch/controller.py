@@ -165,7 +165,7 @@ class ModeController:
         try:
             query = self._start_query(self._intervals_ms[mode])
             switcher, reason = self._policy.choose(query, self._intervals_ms, self._restart_switcher)
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             self.stop_query()
             raise
         self._switch = QuerySwitch(query, str(query.id), str(query.runId), self._intervals_ms, mode, switcher,
@@ -217,7 +217,7 @@ class ModeController:
             return True
         try:
             switch.committed(message, may_switch=not self._stopping)
-        except BaseException as exc:  # a failed switch ends the handle, visibly
+        except BaseException as exc:  # process boundary: the controller thread; await_termination raises it
             self.failure = exc
             return False
         return True
@@ -237,7 +237,7 @@ class ModeController:
         if query is not None:
             try:
                 query.stop()
-            except Exception as exc:  # already failed or stopped
+            except Exception as exc:  # process boundary: cleanup; the query may have ended already
                 log.debug("stopping the query: %s", exc)
 
     # -- inside -----------------------------------------------------------------------------
@@ -377,7 +377,7 @@ class BacklogAwareQuery:
         self._attachment = self._session_listener.attach(self._spark, self)
         try:
             self._controller.start()
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             self._attachment.detach()
             raise
         self._attachment.follow(self._controller.query_id)
@@ -394,7 +394,7 @@ class BacklogAwareQuery:
                     if not self._controller.handle(message):
                         self._query_stopped = isinstance(message, Stop)
                         break
-        except BaseException as exc:  # an unexpected error ends the handle visibly, not silently
+        except BaseException as exc:  # process boundary: the controller thread ends visibly, not silently
             log.exception("the backlog-aware query's controller failed")
             self._controller.failure = exc
         finally:
@@ -431,6 +431,6 @@ def _query_failure(query: Any, exception_text: str | None) -> BaseException | No
         return None
     try:
         failure = query.exception() if query is not None else None
-    except Exception:
+    except Exception:  # process boundary: JVM or Connect server; the text stands in
         failure = None
     return failure or BacklogSourceError(f"the query failed: {exception_text}")

@@ -138,7 +138,7 @@ class SessionModeSwitch:
         self._thread.start()
         try:
             self._attachment = self._session_listener.attach(self._spark, self)
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             self._inbox.put(_Stop())
             raise
         return self
@@ -181,7 +181,7 @@ class SessionModeSwitch:
                 return
             try:
                 self.handle(message)
-            except Exception:  # one query's trouble must not end the others' switching
+            except Exception:  # process boundary: one query's trouble must not end the others'
                 log.exception("install(): handling %s failed", message)
 
     def handle(self, message: Any) -> None:
@@ -238,7 +238,7 @@ class SessionModeSwitch:
             except ModeSwitchError as exc:
                 self._skip(message, f"it cannot be switched in place ({exc}){self._no_restart_because()}")
                 return None
-            except Exception as exc:  # Spark Connect: no JVM object behind the query
+            except Exception as exc:  # process boundary: py4j, or no JVM object (Spark Connect): skipped
                 self._skip(message, f"it cannot be switched in place ({type(exc).__name__}: {exc})"
                                     f"{self._no_restart_because()}")
                 return None
@@ -310,7 +310,7 @@ def install(spark: Any, high_throughput_interval: str = "0 seconds",
     restarts = ConnectStarts(spark).begin() if allow_restart and is_connect(spark) else None
     try:
         return SessionModeSwitch(spark, intervals, observers=switch_observers(spark), restarts=restarts).start()
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         if restarts is not None:
             restarts.end()
         raise

@@ -133,7 +133,7 @@ class SessionListener:
             self._everything.append(attachment)
         try:
             self._ensure_registered(spark)
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             attachment.detach()
             raise
         return attachment
@@ -185,7 +185,7 @@ class SessionListener:
         for attachment in targets:
             try:
                 attachment.receiver.receive(message)
-            except Exception:  # one receiver's bug must not cost another its messages
+            except Exception:  # process boundary: Spark's listener thread; one bug each
                 log.exception("a backlog listener receiver failed on %s", message)
 
     def _route(self, attachment: Attachment, query_id: str) -> None:
@@ -228,7 +228,7 @@ class _Registration:
     def _run(self, spark: Any, listener: Any) -> None:
         try:
             spark.streams.addListener(listener)
-        except BaseException as exc:
+        except BaseException as exc:  # process boundary: the error goes to the waiting caller
             self.error = exc
         finally:
             self.done.set()

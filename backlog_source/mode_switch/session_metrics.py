@@ -87,7 +87,7 @@ def session_metrics(spark: Any, *, session_listener: SessionListener | None = No
         found = SessionMetrics(metrics, export)
         try:
             found.attachment = (session_listener or SessionListener.of(spark)).attach(spark, found)
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             export.shutdown()
             raise
         setattr(spark, SESSION_ATTRIBUTE, found)

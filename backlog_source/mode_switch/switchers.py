@@ -116,14 +116,14 @@ class InPlaceSwitcher:
         try:
             package = str(execution_class.getPackage().getName())
             executor_class = execution_class.getClassLoader().loadClass(f"{package}.{EXECUTOR_CLASS}")
-        except Exception as exc:  # py4j wraps ClassNotFoundException
+        except Exception as exc:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
             raise ModeSwitchError(f"no {EXECUTOR_CLASS} class beside {execution_class.getName()}: "
                                   f"{_first_line(exc)}") from None
         try:
             field = executor_class.getDeclaredField(INTERVAL_FIELD)
             field.setAccessible(True)
             kind = str(field.getType().getName())
-        except Exception as exc:  # py4j wraps NoSuchFieldException, InaccessibleObjectException...
+        except Exception as exc:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is not reachable: {_first_line(exc)}") from None
         if kind != "long":
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} is a {kind}, not a long")
@@ -168,7 +168,7 @@ class InPlaceSwitcher:
             raise ModeSwitchError(f"the trigger executor is a {name}, not a {EXECUTOR_CLASS}")
         try:
             held_ms = int(self._field.getLong(executor))
-        except Exception as exc:
+        except Exception as exc:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
             raise ModeSwitchError(f"{EXECUTOR_CLASS}.{INTERVAL_FIELD} cannot be read: {_first_line(exc)}") from None
         self._executor = executor
         return held_ms
@@ -181,7 +181,7 @@ class InPlaceSwitcher:
         try:
             self._field.setLong(self._executor, interval_ms)
             now = int(self._field.getLong(self._executor))
-        except Exception as exc:
+        except Exception as exc:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
             problem = _first_line(exc)
             if "IllegalAccessException" in problem or "final" in problem.lower():
                 problem = f"{problem}; {FINAL_FIELD_HINT}"
@@ -283,7 +283,7 @@ class RestartSwitcher:
             try:
                 if not self.query.status.get("isTriggerActive", False):
                     return
-            except Exception:  # the query may have failed meanwhile
+            except Exception:  # process boundary: the query may have failed meanwhile
                 return
             if _last_batch_id(self.query) != running:
                 return
@@ -295,14 +295,14 @@ def last_progress(query: Any) -> Any:
     unusable after a failure."""
     try:
         return query.lastProgress
-    except Exception:  # the query object may be unusable after a failure
+    except Exception:  # process boundary: the query object (py4j or Spark Connect) may be unusable after a failure
         return None
 
 
 def _is_active(query: Any) -> bool:
     try:
         return bool(query.isActive)
-    except Exception:  # the query object may be unusable after a failure
+    except Exception:  # process boundary: the query object (py4j or Spark Connect) may be unusable after a failure
         return False
 
 
@@ -315,7 +315,7 @@ def _last_batch_id(query: Any) -> int | None:
 def _java_query(query: Any) -> Any:
     try:
         return query._jsq.streamingQuery()
-    except Exception as exc:
+    except Exception as exc:  # process boundary: py4j, or no JVM object (Spark Connect)
         raise ModeSwitchError(f"the query's JVM object is not reachable: {_first_line(exc)}") from None
 
 

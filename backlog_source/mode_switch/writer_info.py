@@ -108,7 +108,7 @@ def _option(options: Any, key: str) -> str | None:
 def _private_field(obj: Any, name: str) -> Any:
     try:
         field_ = obj.getClass().getDeclaredField(name)
-    except Exception:
+    except Exception:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
         return None
     field_.setAccessible(True)
     return field_.get(obj)
@@ -117,14 +117,14 @@ def _private_field(obj: Any, name: str) -> Any:
 def _call(obj: Any, method: str) -> Any:
     try:
         return getattr(obj, method)()
-    except Exception:  # py4j raises for a missing method: not a data source leaf
+    except Exception:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
         return None
 
 
 def _call_with(obj: Any, method: str, argument: str) -> Any:
     try:
         return getattr(obj, method)(argument)
-    except Exception:
+    except Exception:  # process boundary: py4j into the JVM (a Java exception arrives as py4j's)
         return None
 
 

@@ -137,7 +137,7 @@ def export(records: Iterable[SpanRecord]) -> None:
     for record in records:
         try:
             tracing.emit(record)
-        except Exception as exc:  # telemetry must not fail the query
+        except Exception as exc:  # process boundary: a telemetry exporter; telemetry must not fail the query
             log.warning("could not export span %s: %s", record.name, exc)
 
 
@@ -148,7 +148,7 @@ def flush(timeout_ms: int = FLUSH_TIMEOUT_MS) -> bool:
         return True
     try:
         return tracing.provider.force_flush(timeout_ms)
-    except Exception as exc:
+    except Exception as exc:  # process boundary: a telemetry exporter; telemetry must not fail the query
         log.warning("could not flush spans: %s", exc)
         return False
 
@@ -176,7 +176,7 @@ def _tracing(build: bool = True) -> "_Tracing | None":
             try:
                 names = exporter_names()
                 _state = _Tracing(names) if names else None
-            except Exception as exc:  # a bad setting must not fail an executor's read
+            except Exception as exc:  # process boundary: telemetry must not fail an executor's read
                 if not _warned:
                     log.error("tracing disabled in this process: %s", exc)
                     _warned = True
