@@ -1,7 +1,8 @@
 """One exception tree for the whole project.
 
 Every error backlog-source raises derives from :class:`BacklogSourceError`, so a job can
-catch them together. Errors raised on executors travel back to the driver by pickling, so
+catch them together: a class per kind of cause (as Spark's ``KAFKA_*`` error classes), raised
+where the cause is known, its message naming what to change. Errors raised on executors travel back to the driver by pickling, so
 every class here keeps its message in ``args`` and pickles (confluent-kafka's own
 ``KafkaError`` objects are never stored; their text is copied in, after secrets are
 removed).
@@ -21,10 +22,17 @@ removed).
     └── ModeSwitchError        start_backlog_aware could not start or switch the query
 
 Errors that one module raises and handles live with it: ``AccessRefusedError`` with the
-messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``TopicsDeletedError`` in
-:mod:`backlog_source.enumerator.kafka_admin`, ``StopTimeoutError`` in
+messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``NoValidOffsets`` (an
+answer holding no valid offset: a failed request) in :mod:`backlog_source.core.kafka_answers`,
+``TopicsDeletedError`` and ``TopicsRecreatedError`` in :mod:`backlog_source.enumerator.kafka_admin`,
+``TopicNotCreatedError`` (raised by the admin client, told as a ``ControlTopicError``) in
+:mod:`backlog_source.events.control_topic`, ``StopTimeoutError`` (a ``ModeSwitchError``) in
 :mod:`backlog_source.mode_switch.controller`, the demo's and the brokers' in
 :mod:`backlog_source.demo.errors`. All derive from :class:`BacklogSourceError`.
+
+A broad ``except Exception`` is for process boundaries only (a thread's entry, Spark's
+listener thread, calls into the JVM through py4j, telemetry, best-effort work, cleanup), and
+says so on its line (``tests/unit/test_broad_catches.py``).
 """
 
 from __future__ import annotations
