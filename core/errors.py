@@ -26,7 +26,8 @@ messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``NoValid
 answer holding no valid offset: a failed request) in :mod:`backlog_source.core.kafka_answers`,
 ``TopicsDeletedError`` and ``TopicsRecreatedError`` in :mod:`backlog_source.enumerator.kafka_admin`,
 ``TopicNotCreatedError`` (raised by the admin client, told as a ``ControlTopicError``) in
-:mod:`backlog_source.events.control_topic`, ``StopTimeoutError`` (a ``ModeSwitchError``) in
+:mod:`backlog_source.events.control_topic`, ``StopTimeoutError`` (a ``ModeSwitchError``) and
+``QueryFailedError`` (a query's failure known only by its text) in
 :mod:`backlog_source.mode_switch.controller`, the demo's and the brokers' in
 :mod:`backlog_source.demo.errors`. All derive from :class:`BacklogSourceError`.
 

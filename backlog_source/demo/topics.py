@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from backlog_source.core.errors import BacklogSourceError
+from backlog_source.demo.errors import DemoError
 
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
@@ -45,7 +45,7 @@ def produce(
     trickle in while this loop runs (which, on a loaded machine, can take longer than a
     reader's catch-up). Returns how many records were produced, sealing ones included.
 
-    Raises :class:`BacklogSourceError` if any record was not acknowledged.
+    Raises :class:`~backlog_source.demo.errors.DemoError` if any record was not acknowledged.
     """
     # A burst lingers longer than the loop can take, in batches as large as librdkafka allows;
     # flush() sends at once whatever linger.ms says.
@@ -75,7 +75,7 @@ def produce(
         count += 1
     producer.flush(60)
     if failures:
-        raise BacklogSourceError(f"{len(failures)} record(s) not delivered to {topic}: {failures[0]}")
+        raise DemoError(f"{len(failures)} record(s) not delivered to {topic}: {failures[0]}")
     return count + (seal_partitions(bootstrap_servers, topic, sorted(partitions)) if seal else 0)
 
 

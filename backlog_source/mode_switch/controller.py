@@ -252,6 +252,11 @@ class ModeController:
         return RestartSwitcher(self._query, self._intervals_ms, self._start_query, settle_timeout_s=self._settle_timeout_s)
 
 
+class QueryFailedError(BacklogSourceError):
+    """The query failed, and Spark's exception for it could not be had from the query
+    object; the message carries the listener's text of the failure instead."""
+
+
 class StopTimeoutError(ModeSwitchError, TimeoutError):
     """:meth:`BacklogAwareQuery.stop` gave up waiting; the message says what had not ended.
     The query may still be stopping (Spark's ``query.stop()`` waits for the running batch,
@@ -427,10 +432,12 @@ def _where(thread: threading.Thread) -> str:
 
 
 def _query_failure(query: Any, exception_text: str | None) -> BaseException | None:
+    """Why the query ended: Spark's exception, else a :class:`QueryFailedError` with the
+    listener's ``exception_text``; None after a stop (no text)."""
     if exception_text is None:
         return None
     try:
         failure = query.exception() if query is not None else None
     except Exception:  # process boundary: JVM or Connect server; the text stands in
         failure = None
-    return failure or BacklogSourceError(f"the query failed: {exception_text}")
+    return failure or QueryFailedError(f"the query failed: {exception_text}")

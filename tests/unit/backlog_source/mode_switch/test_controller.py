@@ -15,7 +15,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch import BacklogAwareQuery, BacklogModeListener
-from backlog_source.mode_switch.controller import ModeController, StopTimeoutError
+from backlog_source.mode_switch.controller import ModeController, QueryFailedError, StopTimeoutError
 from backlog_source.mode_switch.listener import BatchCommitted, QueryTerminated
 from backlog_source.mode_switch.query_switch import mode_intervals
 from backlog_source.mode_switch.session_listener import SessionListener
@@ -160,6 +160,15 @@ def test_a_failed_query_surfaces_its_error_and_is_not_restarted():
     h.listener.onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom in batch 3"))
     assert not h.running and isinstance(h.controller.failure, RuntimeError)
     assert str(h.controller.failure) == "boom in batch 3" and len(h.writer.started) == 1
+
+
+def test_a_failure_spark_cannot_hand_over_is_a_query_failed_error_with_its_text():
+    h = Harness()
+    query = h.query
+    query.failure = None  # query.exception() has nothing (Spark Connect, or the JVM gone)
+    h.listener.onQueryTerminated(SimpleNamespace(id=query.id, runId=query.runId, exception="boom in batch 3"))
+    assert isinstance(h.controller.failure, QueryFailedError)
+    assert str(h.controller.failure) == "the query failed: boom in batch 3"
 
 
 def test_messages_about_another_query_are_ignored():
