@@ -1,11 +1,11 @@
 """One exception tree for the whole project.
 
 Every error backlog-source raises derives from :class:`BacklogSourceError`, so a job can
-catch them together: a class per kind of cause (as Spark's ``KAFKA_*`` error classes), raised
-where the cause is known, its message naming what to change. Errors raised on executors travel back to the driver by pickling, so
-every class here keeps its message in ``args`` and pickles (confluent-kafka's own
-``KafkaError`` objects are never stored; their text is copied in, after secrets are
-removed).
+catch them together: a class per kind of cause (as Spark's ``KAFKA_*`` error classes),
+raised where the cause is known, its message naming what to change. Errors raised on
+executors travel back to the driver by pickling, so every class here keeps its message in
+``args`` and pickles (confluent-kafka's own ``KafkaError`` objects are never stored; their
+text is copied in, after secrets are removed).
 
 ::
 

@@ -48,8 +48,8 @@ from backlog_source.core.kafka_refusals import (
     access_refused,
     refusal_of,
 )
-from backlog_source.events.control_topic import TopicNotCreatedError
 from backlog_source.core.settings import SourceSettings
+from backlog_source.events.control_topic import TopicNotCreatedError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,6 @@ class TopicsRecreatedError(TopicsChangedError):
     topic was re-created; elsewhere it reaches the user with this message."""
 
     _CHANGE = "have fewer partitions than a moment ago: deleted and created again"
-
 
 
 class OffsetsClient(Protocol):

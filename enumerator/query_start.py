@@ -107,7 +107,8 @@ class StartingOffsets:
         latest = self._client.latest_offsets(unmatched) if unmatched else {}
         return {b: (offset if offset is not None else latest[b]) for b, offset in found.items()}
 
-    def _bootstrap_from_snapshot(self, path: str, buckets: set[Bucket], positions: dict[Bucket, int]) -> StartingPositions:
+    def _bootstrap_from_snapshot(self, path: str, buckets: set[Bucket],
+                                 positions: dict[Bucket, int]) -> StartingPositions:
         """The buckets of the snapshot at ``path`` start at their ``log_offset``, the others
         as the starting options say."""
         _, _, manifest = self._load(path)

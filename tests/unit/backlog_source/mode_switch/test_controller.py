@@ -465,6 +465,7 @@ def test_stop_on_the_listener_thread_of_a_connect_session_does_not_hang():
 def test_a_controller_asked_before_start_says_so_even_under_python_o():
     """An explicit raise, not an assert (asserts vanish under ``python -O``)."""
     controller = ModeController(FakeWriter(), INTERVALS, ChosenPolicy())
-    for ask in (lambda: controller.switch_method, controller.attach, lambda: controller.handle(QueryTerminated("q", "r", None))):
+    ended = QueryTerminated("q", "r", None)
+    for ask in (lambda: controller.switch_method, controller.attach, lambda: controller.handle(ended)):
         with pytest.raises(ModeSwitchError, match=r"start\(\) first"):
             ask()
