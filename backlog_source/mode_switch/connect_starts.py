@@ -54,8 +54,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backlog_source.core.durations import duration_ms, processing_time
-from backlog_source.core.errors import ConfigError, ModeSwitchError
+from backlog_source.core.durations import parsed_duration_ms, processing_time
+from backlog_source.core.errors import ModeSwitchError
 from backlog_source.mode_switch.policy import restart_problem
 from backlog_source.mode_switch.writer_info import describe_writer
 
@@ -224,7 +224,7 @@ class ConnectStarts:
     def interval_ms(self, query_id: str) -> int | None:
         """The processing-time interval the query's running start was given (no trigger: 0,
         Spark's default), or None when it has another trigger (``availableNow``, ``once``,
-        continuous, real time) or none was recorded."""
+        continuous, real time), none was recorded, or its text is not a duration."""
         with self._changed:
             writer = self._writers.get(str(query_id))
         if writer is None:
@@ -235,11 +235,7 @@ class ConnectStarts:
             return 0
         if which != "processing_time_interval":
             return None
-        try:
-            return duration_ms("trigger(processingTime)", proto.processing_time_interval.removeprefix("interval "),
-                               bare_number_unit="ms")
-        except ConfigError:
-            return None
+        return parsed_duration_ms(proto.processing_time_interval.removeprefix("interval "), bare_number_unit="ms")
 
     def starter(self, query_id: str) -> Callable[[int], Any]:
         """``start(interval_ms)``: start the recorded query again with a processing-time
