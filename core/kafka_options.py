@@ -7,12 +7,13 @@ differ in places, so each option is, in this order:
 1. refused, with Spark's reason, when Spark refuses it (``auto.offset.reset``, the
    deserializers, ``enable.auto.commit``, interceptors: in the order Spark's
    ``KafkaSourceProvider.validateGeneralOptions`` checks them, so the first one reported is
-   Spark's), then when this source sets it itself, or with what to set instead when dropping
-   it would change security (a JKS truststore: librdkafka reads PEM through
-   ``ssl.ca.location``); after the refusals, ``bootstrap.servers`` is required, as in Spark;
+   Spark's), then when this source sets it itself; after the refusals, ``bootstrap.servers``
+   is required, as in Spark;
 2. translated, when a Java setting has a librdkafka meaning under another name
    (``request.timeout.ms`` -> ``socket.timeout.ms``, ``fetch.max.wait.ms`` ->
-   ``fetch.wait.max.ms``, JAAS credentials -> ``sasl.username``/``sasl.password``...);
+   ``fetch.wait.max.ms``); the security options (JAAS entries, Java key and trust stores)
+   by :mod:`~backlog_source.core.kafka_security`, which refuses, with what to set instead,
+   the ones librdkafka has no meaning for (dropping them would change security);
 3. kept, when librdkafka knows it (checked by building a client with it, which connects to
    nothing), or dropped with one warning naming it, as the Java client does.
 
@@ -31,12 +32,13 @@ from confluent_kafka import Consumer, KafkaException
 
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.kafka_config import IsolationLevel, KafkaClientConfig, Secret
+from backlog_source.core.kafka_security import translate_security, unreadable_material
 
 log = logging.getLogger(__name__)
 
 #: Options Spark's Kafka source refuses (``KafkaSourceProvider.validateGeneralOptions``),
 #: with Spark's reasons and in the order Spark checks them (:data:`SPARK_REFUSED`), then two
-#: this source sets itself and the Java keystores librdkafka cannot read.
+#: this source sets itself.
 REFUSED = {
     "auto.offset.reset": (
         "set the source option 'startingOffsets' to 'earliest' or 'latest' instead: the source "
@@ -51,10 +53,6 @@ REFUSED = {
     "interceptor.classes": "interceptors can make the source misbehave",
     "enable.partition.eof": "the source sets it: the reader needs end-of-partition events",
     "enable.auto.offset.store": "the source sets it: offsets are never stored in Kafka",
-    # librdkafka reads certificates as PEM files or strings, not Java keystores.
-    "ssl.truststore.location": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
-    "ssl.truststore.password": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
-    "ssl.truststore.type": "librdkafka reads CA certificates as PEM: set 'kafka.ssl.ca.location' to the CA file",
 }
 
 #: The keys of :data:`REFUSED` that Spark refuses, in the order it checks them.
@@ -70,8 +68,6 @@ JAVA_TO_LIBRDKAFKA = {
 }
 
 _SECRET_KEY = re.compile(r"password|secret|jaas|token|credential|\.pem$|oauthbearer\.config|private")
-_JAAS_LOGIN = re.compile(r"""(?P<module>[\w.]+)\s+required\s+(?P<args>.*?);?\s*$""", re.DOTALL)
-_JAAS_ARG = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 _NO_SUCH_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 _INVALID_VALUE = re.compile(r'for configuration property "([^"]+)"')
 _warned: set[frozenset[str]] = set()
@@ -92,22 +88,17 @@ def kafka_client_config(options: Mapping[str, str], *, group_id_prefix: str) -> 
     params: dict[str, str] = {}
     secrets: dict[str, Secret] = {}
     written_as: dict[str, str] = {}  # librdkafka name -> the name the user wrote
+    translated = translate_security(options)
     for key, raw in sorted(options.items()):
-        option = f"kafka.{key}"
-        if key == "sasl.jaas.config":
-            # Java clients take credentials as JAAS; librdkafka as plain settings.
-            username, password = _parse_jaas(raw)
-            params["sasl.username"] = username
-            secrets["sasl.password"] = Secret(password)
-            continue
         if key == "isolation.level" and raw not in {level.value for level in IsolationLevel}:
-            raise ConfigError(f"option '{option}' must be 'read_uncommitted' or 'read_committed', got {raw!r}")
-        name = JAVA_TO_LIBRDKAFKA.get(key, key)
+            raise ConfigError(f"option 'kafka.{key}' must be 'read_uncommitted' or 'read_committed', got {raw!r}")
+        translated[JAVA_TO_LIBRDKAFKA.get(key, key)] = (raw, key)
+    for name, (value, key) in translated.items():
         written_as[name] = key
         if is_secret_key(name):
-            secrets[name] = Secret(raw)
+            secrets[name] = Secret(value)
         else:
-            params[name] = raw
+            params[name] = value
     unknown = _drop_unknown(params, secrets, written_as)
     if unknown and frozenset(unknown) not in _warned:
         _warned.add(frozenset(unknown))
@@ -164,17 +155,8 @@ def _drop_unknown(params: dict[str, str], secrets: dict[str, Secret], written_as
         secret_values = [v.get_secret_value() for v in secrets.values()]
         for value in sorted(secret_values, key=len, reverse=True):
             text = text.replace(value, "***")
+        unreadable = unreadable_material(text, written_as)
+        if unreadable:
+            raise ConfigError(unreadable) from None
         raise ConfigError(f"the kafka.* options are not a valid librdkafka configuration: {text}") from None
 
-
-def _parse_jaas(raw: str) -> tuple[str, str]:
-    match = _JAAS_LOGIN.match(raw.strip())
-    args = dict(_JAAS_ARG.findall(match.group("args"))) if match else {}
-    if not match or "username" not in args or "password" not in args:
-        # The value is a secret: the message describes it without quoting it.
-        raise ConfigError(
-            "option 'kafka.sasl.jaas.config' must be a login module entry (e.g. PlainLoginModule or "
-            'ScramLoginModule) with username="..." and password="..." (only those two are used); or set '
-            "'kafka.sasl.username' and 'kafka.sasl.password' directly"
-        )
-    return args["username"], args["password"]

@@ -1,7 +1,8 @@
 """Why Kafka refused this client, and the one place each such message is built.
 
 A secured cluster refuses a client in one of three ways: its credentials (SASL), the TLS
-handshake (most often a broker certificate the client's CA does not sign), or an ACL (the
+handshake (most often a broker certificate the client's CA does not sign, or a client
+certificate the broker does not accept, with mutual TLS), or an ACL (the
 principal may not describe, read, write or create a topic, or use a group). Each
 :class:`Refusal` is one message; :func:`access_refused` builds it, leading with the cause
 ("authentication failed", "TLS certificate not trusted", "authorization refused for topic
@@ -31,6 +32,7 @@ class Refusal(TextEnum):
     AUTHENTICATION = "authentication failed"
     UNTRUSTED_CERTIFICATE = "TLS certificate not trusted"
     TLS_HANDSHAKE = "TLS handshake failed"
+    CLIENT_CERTIFICATE = "TLS client certificate refused"
     TOPIC_AUTHORIZATION = "authorization refused for topic"
     CLUSTER_AUTHORIZATION = "authorization refused for the cluster"
     GROUP_AUTHORIZATION = "authorization refused for the consumer group"
@@ -38,7 +40,8 @@ class Refusal(TextEnum):
 
 #: Refusals of the connection itself, before any request: what a client's error callback and
 #: connection log tell while its request only times out.
-CONNECTION_REFUSALS = frozenset({Refusal.AUTHENTICATION, Refusal.UNTRUSTED_CERTIFICATE, Refusal.TLS_HANDSHAKE})
+CONNECTION_REFUSALS = frozenset({Refusal.AUTHENTICATION, Refusal.UNTRUSTED_CERTIFICATE, Refusal.TLS_HANDSHAKE,
+                                 Refusal.CLIENT_CERTIFICATE})
 
 _BY_CODE = {
     KafkaError._AUTHENTICATION: Refusal.AUTHENTICATION,
@@ -59,12 +62,19 @@ AUTHORIZATION_CODES = frozenset(code for code, refusal in _BY_CODE.items()
 _UNTRUSTED = ("certificate verify failed", "self-signed certificate", "self signed certificate",
               "unable to get local issuer certificate", "broker certificate could not be verified")
 _AUTHENTICATION_WORDS = ("sasl authentication error", "authentication failed")
+#: The TLS alerts a broker that requires client certificates (``ssl.client.auth=required``)
+#: sends when the client has none or one it does not trust; with TLS 1.3 they arrive after
+#: the client's side of the handshake, as a transport error.
+_CLIENT_CERTIFICATE_ALERTS = ("alert certificate required", "alert bad certificate", "alert unknown ca",
+                              "alert certificate unknown", "alert certificate expired", "alert certificate revoked")
 
 
 def refusal_of(code: int | None, text: str | None = None) -> Refusal | None:
     """The refusal a librdkafka error (its ``code``, its text or a connection log line) tells,
     or None when it tells none (a timeout, a broker down, a refused connection)."""
     lowered = (text or "").lower()
+    if any(alert in lowered for alert in _CLIENT_CERTIFICATE_ALERTS):
+        return Refusal.CLIENT_CERTIFICATE
     refusal = _BY_CODE.get(code) if code is not None else None
     if refusal is None:
         if any(words in lowered for words in _AUTHENTICATION_WORDS):
@@ -118,6 +128,11 @@ def access_refused(refusal: Refusal, kafka: KafkaClientConfig, detail: str, *, t
                    f"this client trusts, or does not match the broker's host name ({detail}). Check "
                    "kafka.ssl.ca.location (the PEM file of the CA that signed the brokers' certificates) and "
                    "kafka.ssl.endpoint.identification.algorithm")
+    elif refusal is Refusal.CLIENT_CERTIFICATE:
+        message = (f"TLS client certificate refused: Kafka at {servers} did not accept this client's certificate, "
+                   f"or got none ({detail}). Check kafka.ssl.keystore.location (a PKCS#12 file, with "
+                   "kafka.ssl.keystore.password) or the PEM key and certificate (kafka.ssl.keystore.type=PEM), "
+                   "and that the brokers' ssl.truststore holds the CA that signed the certificate")
     elif refusal is Refusal.TLS_HANDSHAKE:
         message = (f"TLS handshake failed with Kafka at {servers} ({detail}). Check kafka.security.protocol "
                    "(SSL or SASL_SSL only on a TLS listener) and the kafka.ssl.* options")

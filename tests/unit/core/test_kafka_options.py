@@ -23,12 +23,12 @@ def test_java_names_with_a_librdkafka_twin_are_translated():
 
 
 @pytest.mark.parametrize("option, reason", [
-    ("ssl.truststore.location", "set 'kafka.ssl.ca.location' to the CA file"),
+    ("ssl.truststore.location", "librdkafka reads CA certificates as PEM"),
     ("auto.offset.reset", "set the source option 'startingOffsets'"),
     ("enable.partition.eof", "the source sets it"),
 ])
 def test_options_the_source_cannot_honour_are_refused_naming_what_to_do(option, reason):
-    with pytest.raises(ConfigError, match=f"option 'kafka.{option}' is not supported: .*{reason}"):
+    with pytest.raises(ConfigError, match=f"option 'kafka.{option}' is not supported.*: .*{reason}"):
         config(**{option: "x"})
 
 

@@ -101,7 +101,7 @@ def test_all_options_parse():
         ({**BASE, "subscibe": "x"}, "unknown option 'subscibe'"),
         ({**BASE, "backlog.eventsTopic": "  "}, "option 'backlog.eventsTopic' must not be empty"),
         ({**BASE, "backlog.reenterLag": "-5"}, "option 'backlog.reenterLag' must be a positive"),
-        ({**BASE, "kafka.sasl.jaas.config": "nonsense"}, "option 'kafka.sasl.jaas.config' must be a login module entry"),
+        ({**BASE, "kafka.sasl.jaas.config": "nonsense"}, "option 'kafka.sasl.jaas.config' must be one login module entry"),
     ],
 )
 def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
