@@ -1,23 +1,26 @@
-"""A secured Apache Kafka: SASL (PLAIN and SCRAM-SHA-256), TLS and ACLs. The right
-credentials read; wrong ones, an untrusted CA and ACLs that refuse the control topic each
-fail with an error that leads with its cause and names what to fix; no secret appears in any
-output (driver and worker logs at DEBUG, ``explain()``, the progress, Spark's event log, the
-checkpoint, the control topic, span attributes).
+"""A secured Apache Kafka: SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), TLS (a PEM CA, and
+mutual TLS with a client certificate) and ACLs. The right credentials read what
+``format("kafka")`` reads with the same options; wrong ones, an untrusted CA or client
+certificate and ACLs that refuse the control topic each fail with an error that leads with its
+cause and names what to fix; no secret appears in any output (driver and worker logs at
+DEBUG, ``explain()``, the progress, Spark's event log, the checkpoint, the control topic, span
+attributes).
 
-One broker for the module: a PLAINTEXT listener for the tests' own admin work (its principal,
-ANONYMOUS, is a super user), a SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256, an SSL
-listener whose certificate keytool makes here (self-signed; its PEM is the right CA, another
-self-signed certificate the wrong one), and Kafka's StandardAuthorizer with
-``allow.everyone.if.no.acl.found=false``: a principal may do only what an ACL grants it.
+One broker for the module, with a listener per way in: PLAINTEXT for the tests' own admin work
+(its principal, ANONYMOUS, is a super user); SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512 and OAUTHBEARER (Kafka's unsecured tokens, checked by its default validator);
+SASL_SSL with SCRAM-SHA-512; SSL; and MTLS, an SSL listener with ``ssl.client.auth=required``.
+Its certificates are made here with openssl (:mod:`tests.reliability.tls_material`): a CA
+signs the broker's and the client's; a stranger CA is the wrong CA and signs the wrong client
+certificate. Kafka's StandardAuthorizer with ``allow.everyone.if.no.acl.found=false``: a
+principal may do only what an ACL grants it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,23 +50,36 @@ from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
+from tests.integration.differential import fill_counts, start
 from tests.integration.helpers import make_topic, wait_for
 from tests.reliability.test_secrets import assert_no_secret, control_topic, everything_written, run
+from tests.reliability.tls_material import TlsMaterial, tls_material
 
 pytestmark = pytest.mark.integration
 
 USER = "svc"  # PLAIN, a super user: runs the query end to end
 READER = "reader"  # SCRAM-SHA-256, granted what an ingestion job normally gets
 DESCRIBER = "describer"  # SCRAM-SHA-256, granted DESCRIBE only
+SCRAM_512 = "svc512"  # SCRAM-SHA-512, a super user (SASL_PLAINTEXT and SASL_SSL)
+OAUTH = "oauth-svc"  # OAUTHBEARER's unsecured token subject, a super user
+CLIENT = "CN=client"  # the mutual TLS client certificate's subject, a super user
 
 
 @dataclass
 class Secured:
     cluster: KafkaCluster
     password: str  # USER's
-    reader_password: str  # READER's and DESCRIBER's
-    ca: Path  # the PEM the SSL listener's certificate is verified with
-    wrong_ca: Path  # a CA that did not sign it
+    reader_password: str  # READER's, DESCRIBER's and SCRAM_512's
+    tls: TlsMaterial
+
+    @property
+    def ca(self) -> Path:
+        """The PEM of the CA that signed the brokers' certificates."""
+        return self.tls.ca
+
+    @property
+    def wrong_ca(self) -> Path:
+        return self.tls.stranger_ca
 
     @property
     def bootstrap_servers(self) -> str:
@@ -71,57 +87,54 @@ class Secured:
         return self.cluster.listener("SASL_PLAINTEXT")
 
 
-def keytool() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    found = str(Path(java_home) / "bin" / "keytool") if java_home else shutil.which("keytool")
-    assert found and Path(found).exists(), "keytool (the JDK's) is needed to stage the TLS listener"
-    return found
-
-
-def self_signed(folder: Path, name: str, store_password: str) -> tuple[Path, Path]:
-    """A PKCS#12 key store holding a self-signed certificate for 127.0.0.1, and its PEM."""
-    store, pem = folder / f"{name}.p12", folder / f"{name}.pem"
-    common = ["-alias", name, "-keystore", str(store), "-storetype", "PKCS12", "-storepass", store_password]
-    subprocess.run([keytool(), "-genkeypair", *common, "-keyalg", "RSA", "-keysize", "2048", "-validity", "2",
-                    "-dname", f"CN={name}", "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-keypass", store_password],
-                   check=True, capture_output=True, timeout=60)
-    subprocess.run([keytool(), "-exportcert", "-rfc", *common, "-file", str(pem)], check=True, capture_output=True,
-                   timeout=60)
-    return store, pem
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tls")
     store_password = f"store-{uuid.uuid4().hex}"
-    keystore, ca = self_signed(folder, "broker", store_password)
-    _, wrong_ca = self_signed(folder, "stranger", store_password)
+    tls = tls_material(tmp_path_factory.mktemp("tls"), store_password)
     admin, password, reader_password = (f"{who}-{uuid.uuid4().hex}" for who in ("admin", "right", "scram"))
     plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
              f'username="admin" password="{admin}" user_admin="{admin}" user_{USER}="{password}";')
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    oauth = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+             'unsecuredLoginStringClaim_sub="admin";')
+
+    def tls_listener(name: str) -> dict[str, str]:
+        return {f"listener.name.{name}.ssl.keystore.location": str(tls.broker_p12),
+                f"listener.name.{name}.ssl.keystore.type": "PKCS12",
+                f"listener.name.{name}.ssl.keystore.password": store_password,
+                f"listener.name.{name}.ssl.key.password": store_password}
+
     listeners = {
-        "SASL_PLAINTEXT": {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "SASL_PLAINTEXT": {"listener.name.sasl_plaintext.sasl.enabled.mechanisms":
+                               "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
                            "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain,
-                           "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
-                               "org.apache.kafka.common.security.scram.ScramLoginModule required;"},
-        "SSL": {"listener.name.ssl.ssl.keystore.location": str(keystore),
-                "listener.name.ssl.ssl.keystore.type": "PKCS12",
-                "listener.name.ssl.ssl.keystore.password": store_password,
-                "listener.name.ssl.ssl.key.password": store_password},
+                           "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
+                           "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+                           "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": oauth},
+        "SASL_SSL": {"listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                     "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram, **tls_listener("sasl_ssl")},
+        "SSL": tls_listener("ssl"),
+        "MTLS": {**tls_listener("mtls"), "listener.name.mtls.ssl.client.auth": "required",
+                 "listener.name.mtls.ssl.truststore.type": "PEM",
+                 "listener.name.mtls.ssl.truststore.location": str(tls.ca)},
     }
     settings = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                 "allow.everyone.if.no.acl.found": "false",
-                "super.users": f"User:ANONYMOUS;User:admin;User:{USER}"}
+                "super.users": f"User:ANONYMOUS;User:admin;User:{USER};User:{SCRAM_512};User:{OAUTH};User:{CLIENT}",
+                # Every listener's name is its protocol, but MTLS's: an SSL listener.
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                                  "SASL_SSL:SASL_SSL,SSL:SSL,MTLS:SSL,CONTROLLER:PLAINTEXT"}
     with kafka(listeners=listeners, settings=settings) as cluster:
         add_scram_user(cluster, READER, reader_password)
         add_scram_user(cluster, DESCRIBER, reader_password)
-        yield Secured(cluster, password, reader_password, ca, wrong_ca)
+        add_scram_user(cluster, SCRAM_512, reader_password, ScramMechanism.SCRAM_SHA_512)
+        yield Secured(cluster, password, reader_password, tls)
 
 
-def add_scram_user(cluster: KafkaCluster, user: str, password: str) -> None:
+def add_scram_user(cluster: KafkaCluster, user: str, password: str,
+                   mechanism: ScramMechanism = ScramMechanism.SCRAM_SHA_256) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
-                                          password.encode())
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), password.encode())
     for done in admin.alter_user_scram_credentials([upsert]).values():
         done.result(timeout=30)
 
@@ -280,3 +293,148 @@ def test_a_principal_that_may_describe_but_not_read_its_topic_is_told_to_grant_r
                               f"does not allow principal User:{DESCRIBER} READ on it ("), message
     assert (f"Topic authorization failed). Grant principal User:{DESCRIBER} DESCRIBE and READ on topic "
             f"{topic_name!r}") in message
+
+
+# ---------------------------------------------------------------- the ways in users have (issue 48)
+
+def scram_512_options(password: str, protocol: str = "SASL_PLAINTEXT") -> dict[str, str]:
+    return {"kafka.security.protocol": protocol, "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                      f'username="{SCRAM_512}" password="{password}";'}
+
+
+def pem_ca_options(ca: Path) -> dict[str, str]:
+    """A PEM trust store, as Spark users write one: Java's client and librdkafka both read it."""
+    return {"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca)}
+
+
+def ways_in(secured: Secured) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each way in: the listener it dials and the options a Spark user writes for it."""
+    tls, listener = secured.tls, secured.cluster.listener
+    oauth = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+             f'unsecuredLoginStringClaim_sub="{OAUTH}";')
+    return {
+        "scram-sha-512": (listener("SASL_PLAINTEXT"), scram_512_options(secured.reader_password)),
+        "oauthbearer": (listener("SASL_PLAINTEXT"), {"kafka.security.protocol": "SASL_PLAINTEXT",
+                                                     "kafka.sasl.mechanism": "OAUTHBEARER",
+                                                     "kafka.sasl.jaas.config": oauth}),
+        "sasl-ssl-pem-ca": (listener("SASL_SSL"), {**scram_512_options(secured.reader_password, "SASL_SSL"),
+                                                   **pem_ca_options(tls.ca)}),
+        "mtls-pkcs12": (listener("MTLS"), {"kafka.security.protocol": "SSL", **pem_ca_options(tls.ca),
+                                           "kafka.ssl.keystore.type": "PKCS12",
+                                           "kafka.ssl.keystore.location": str(tls.client.p12),
+                                           "kafka.ssl.keystore.password": tls.password}),
+        "mtls-pem-key": (listener("MTLS"), {"kafka.security.protocol": "SSL", **pem_ca_options(tls.ca),
+                                            "kafka.ssl.keystore.type": "PEM",
+                                            "kafka.ssl.keystore.location": str(tls.client.pem),
+                                            "kafka.ssl.key.password": tls.password}),
+    }
+
+
+@pytest.mark.parametrize("way", ["scram-sha-512", "oauthbearer", "sasl-ssl-pem-ca", "mtls-pkcs12", "mtls-pem-key"])
+def test_each_way_in_reads_the_rows_format_kafka_reads_with_the_same_options(secured, spark, topic_name, tmp_path,
+                                                                           way):
+    servers, options = ways_in(secured)[way]
+    make_topic(secured.cluster, topic_name, 2)
+    fill_counts(secured.cluster.bootstrap_servers, topic_name, [120, 80])
+    rows = {}
+    for source in ("kafka", "backlog"):
+        query, collected = start(spark, source, servers, {"subscribe": topic_name, "startingOffsets": "earliest",
+                                                          **options}, tmp_path / source,
+                                 trigger={"availableNow": True})
+        try:
+            query.awaitTermination(120)
+            assert query.exception() is None, f"format({source!r}): {query.exception()}"
+            assert not query.isActive, f"format({source!r}) did not end"
+        finally:
+            query.stop()
+        rows[source] = collected.rows()
+    assert len(rows["kafka"]) == 200 and rows["backlog"] == rows["kafka"]
+
+
+def wrong_ones(secured: Secured) -> dict[str, tuple[str, dict[str, str], str, str]]:
+    """Each wrong secret or certificate: its listener and options, how the error must start,
+    and words it must hold."""
+    tls, listener, right = secured.tls, secured.cluster.listener, ways_in(secured)
+    mtls_p12, mtls_pem = right["mtls-pkcs12"][1], right["mtls-pem-key"][1]
+    return {
+        "scram-sha-512 password": (
+            listener("SASL_SSL"), {**right["sasl-ssl-pem-ca"][1], **scram_512_options("wrong-" + uuid.uuid4().hex,
+                                                                                      "SASL_SSL")},
+            "authentication failed: ", "SCRAM-SHA-512"),
+        "ca": (listener("SASL_SSL"), {**right["sasl-ssl-pem-ca"][1], **pem_ca_options(tls.stranger_ca)},
+               "TLS certificate not trusted: ", "certificate verify failed"),
+        "client certificate": (listener("MTLS"), {**mtls_p12, "kafka.ssl.keystore.location":
+                                                  str(tls.stranger_client.p12)},
+                               "TLS client certificate refused: ", "kafka.ssl.keystore.location"),
+        "no client certificate": (listener("MTLS"), {"kafka.security.protocol": "SSL", **pem_ca_options(tls.ca)},
+                                  "TLS client certificate refused: ", "kafka.ssl.keystore.location"),
+        "key store password": (listener("MTLS"), {**mtls_p12, "kafka.ssl.keystore.password": f"wrong-{uuid.uuid4()}"},
+                               "TLS key store not readable: option 'kafka.ssl.keystore.location'", "mac verify"),
+        "key password": (listener("MTLS"), {**mtls_pem, "kafka.ssl.key.password": f"wrong-{uuid.uuid4()}"},
+                         "TLS private key not readable: option 'kafka.ssl.keystore.location'",
+                         "kafka.ssl.key.password"),
+    }
+
+
+@pytest.mark.parametrize("wrong", ["scram-sha-512 password", "ca", "client certificate", "no client certificate",
+                                   "key store password", "key password"])
+def test_a_wrong_secret_or_certificate_fails_within_10_s_of_start_leading_with_its_cause(secured, spark, topic_name,
+                                                                                        tmp_path, wrong):
+    """Options as a user leaves them (Kafka's default timeouts): the query fails on its own,
+    its error's first words the cause, and no secret in it."""
+    servers, options, starts, holds = wrong_ones(secured)[wrong]
+    make_topic(secured.cluster, topic_name, 1, per_partition=10)
+    started = time.monotonic()
+    try:
+        query, _ = start(spark, "backlog", servers, {"subscribe": topic_name, "startingOffsets": "earliest",
+                                                     **options}, tmp_path / "ckpt", trigger={"availableNow": True})
+    except Exception as exc:  # noqa: BLE001 - a key store that cannot be read fails at load()
+        failure = str(exc)
+    else:
+        try:
+            wait_for(lambda: query.exception() is not None or not query.isActive, 30, "the query to fail")
+            failure = str(query.exception())
+        finally:
+            query.stop()
+    elapsed = time.monotonic() - started
+    print(f"wrong {wrong}: failed after {elapsed:.1f} s: {failure[-600:]}")
+    # The error's own words start with the cause (not a timeout, not "refused describing ...").
+    found = re.search(rf"(AccessRefusedError|ConfigError): ({re.escape(starts)}[^\n]*)", failure)
+    assert found, failure[-3000:]
+    assert holds in found.group(2), found.group(2)
+    assert elapsed < 10, f"failed after {elapsed:.1f} s"
+    secrets = [value for key, value in options.items() if key.endswith("password")]
+    secrets += re.findall(r'password="([^"]+)"', options.get("kafka.sasl.jaas.config", ""))
+    assert_no_secret([*secrets, secured.reader_password, secured.tls.password], error=failure)
+
+
+def test_no_secret_of_tls_or_scram_512_options_reaches_any_output(secured, topic_name, tmp_path):
+    """The "no secret anywhere" check of the PLAIN test, with a PKCS#12 key store's password,
+    a SCRAM-SHA-512 password (right, then wrong) and a PEM key's password."""
+    tls, right = secured.tls, ways_in(secured)
+    make_topic(secured.cluster, topic_name, 2, per_partition=1_000)
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    # SASL_SSL ignores a client certificate it does not ask for: the key store's password is
+    # one more secret in the options that connect.
+    ok_options = {**right["sasl-ssl-pem-ca"][1], "kafka.ssl.keystore.type": "PKCS12",
+                  "kafka.ssl.keystore.location": str(tls.client.p12), "kafka.ssl.keystore.password": tls.password}
+    bad_options = {**right["mtls-pem-key"][1], **scram_512_options(wrong, "SASL_SSL")}
+    with OtlpReceiver() as receiver:
+        ok_output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path / "ok", ok_options,
+                        "drain", receiver)
+        assert "LAST PROGRESS" in ok_output
+        bad_output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path / "bad", bad_options,
+                         "fail", receiver)
+        assert "QUERY FAILED" in bad_output and "authentication failed" in bad_output
+        spans = json.dumps(receiver.spans)
+    events = control_topic(secured.cluster)
+    assert '"backlog.phase"' in spans and "BacklogFinishEvent" in events
+    assert_no_secret([secured.reader_password, tls.password, wrong], driver_and_worker_logs=ok_output + bad_output,
+                     checkpoint_sink_and_event_log=everything_written(tmp_path), span_attributes=spans,
+                     control_topic_events=events)
+
+
+@dataclass
+class Listener:
+    bootstrap_servers: str

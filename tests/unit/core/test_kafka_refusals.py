@@ -33,6 +33,12 @@ KAFKA = KafkaClientConfig(bootstrap_servers="b1:9093", params={"sasl.username": 
            "due to invalid credentials with SASL mechanism SCRAM-SHA-256", Refusal.AUTHENTICATION),
     (None, "ssl://b1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: "
            "broker certificate could not be verified", Refusal.UNTRUSTED_CERTIFICATE),
+    # mutual TLS: the broker's alert, after the client's side of a TLS 1.3 handshake or during it
+    (KafkaError._TRANSPORT, "ssl://b1:9093/1: SSL transport error: error:0A00045C:SSL routines::tlsv13 alert "
+                            "certificate required", Refusal.CLIENT_CERTIFICATE),
+    (KafkaError._SSL, "SSL handshake failed: error:0A000418:SSL routines::tlsv1 alert unknown ca",
+     Refusal.CLIENT_CERTIFICATE),
+    (None, "ssl://b1:9093/bootstrap: SSL handshake failed: sslv3 alert bad certificate", Refusal.CLIENT_CERTIFICATE),
     # not refusals: retrying may help
     (KafkaError._TIMED_OUT, "Local: Timed out", None),
     (KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 failed: Connection refused", None),
@@ -49,6 +55,8 @@ def test_a_refusal_is_told_from_librdkafkas_code_or_words(code, text, refusal):
     (Refusal.UNTRUSTED_CERTIFICATE, "TLS certificate not trusted: the certificate of Kafka at b1:9093",
      ["kafka.ssl.ca.location", "kafka.ssl.endpoint.identification.algorithm"]),
     (Refusal.TLS_HANDSHAKE, "TLS handshake failed with Kafka at b1:9093 (", ["kafka.security.protocol", "kafka.ssl.*"]),
+    (Refusal.CLIENT_CERTIFICATE, "TLS client certificate refused: Kafka at b1:9093 did not accept this client's "
+                                 "certificate", ["kafka.ssl.keystore.location", "kafka.ssl.keystore.type=PEM"]),
     (Refusal.GROUP_AUTHORIZATION, "authorization refused for the consumer group: ",
      ["READ on the groups prefixed 'spark-kafka-source'", "groupIdPrefix"]),
     (Refusal.CLUSTER_AUTHORIZATION, "authorization refused for the cluster: ", ["User:ingest"]),
