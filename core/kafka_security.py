@@ -97,11 +97,11 @@ def _check_java_classes(options: MutableMapping[str, str]) -> None:
         elif key == "sasl.oauthbearer.jwt.retriever.class" and value in _CLIENT_CREDENTIALS_RETRIEVERS:
             del options[key]
         else:
-            raise ConfigError(
-                f"option 'kafka.{key}' is not supported: it names a Java class, and this source reads through "
-                "librdkafka, which cannot run it. For OAUTHBEARER set kafka.sasl.oauthbearer.token.endpoint.url "
-                "with clientId and clientSecret in kafka.sasl.jaas.config (OIDC client credentials), or "
-                "unsecuredLoginStringClaim_sub (unsecured tokens, for tests); see docs/security.md")
+            hint = (" For OAUTHBEARER set kafka.sasl.oauthbearer.token.endpoint.url with clientId and clientSecret "
+                    "in kafka.sasl.jaas.config (OIDC client credentials), or unsecuredLoginStringClaim_sub "
+                    "(unsecured tokens, for tests)") if key.startswith("sasl.") else ""
+            raise ConfigError(f"option 'kafka.{key}' is not supported: it names a Java class, and this source reads "
+                              f"through librdkafka, which cannot run it.{hint} See docs/security.md")
 
 
 # ---------------------------------------------------------------- JAAS
@@ -266,7 +266,8 @@ def _store_kind(location: str) -> str | None:
 #: What librdkafka could not read when it names one of these settings while a client is
 #: built (a wrong password, a file in another format), by the setting it names.
 _UNREADABLE = {
-    "ssl.keystore.location": ("TLS key store not readable", "a wrong kafka.ssl.keystore.password, or not a PKCS#12 file"),
+    "ssl.keystore.location": ("TLS key store not readable",
+                              "a wrong kafka.ssl.keystore.password, or not a PKCS#12 file"),
     "ssl.key.location": ("TLS private key not readable", "a wrong kafka.ssl.key.password, or not a PEM private key"),
     "ssl.key.pem": ("TLS private key not readable", "a wrong kafka.ssl.key.password, or not a PEM private key"),
     "ssl.certificate.location": ("TLS client certificate not readable", "not a PEM certificate chain"),

@@ -101,7 +101,8 @@ def test_kafka_4_1_client_credentials_options_are_mapped_and_the_endpoint_implie
     out = translated(**{
         "sasl.oauthbearer.client.credentials.client.id": "app",
         "sasl.oauthbearer.client.credentials.client.secret": SECRET,
-        "sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever",
+        "sasl.oauthbearer.jwt.retriever.class":
+            "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever",
         "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
     })
     assert out == {"sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "app",
@@ -119,6 +120,9 @@ def test_kafka_4_1_client_credentials_options_are_mapped_and_the_endpoint_implie
     ({"sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever"},
      "option 'kafka.sasl.oauthbearer.jwt.retriever.class' is not supported"),
     ({"sasl.client.callback.handler.class": "com.example.X"}, "option 'kafka.sasl.client.callback.handler.class'"),
+    ({"ssl.engine.factory.class": "com.example.Engine"},
+     "option 'kafka.ssl.engine.factory.class' is not supported: it names a Java class, and this source reads "
+     "through librdkafka, which cannot run it. See docs/security.md"),
     ({"sasl.jaas.config": jaas("com.sun.security.auth.module.Krb5LoginModule", keyTab="/k", principal="p")},
      "set kafka.sasl.mechanism=GSSAPI, kafka.sasl.kerberos.keytab"),
     ({"sasl.jaas.config": jaas("com.example.CustomLoginModule", password=SECRET)},
@@ -202,7 +206,8 @@ def test_a_java_trust_store_is_refused_with_how_to_export_its_ca(options, option
 
 
 def test_javas_empty_endpoint_identification_is_librdkafkas_none():
-    assert translated(**{"ssl.endpoint.identification.algorithm": ""}) == {"ssl.endpoint.identification.algorithm": "none"}
+    assert translated(**{"ssl.endpoint.identification.algorithm": ""}) == {
+        "ssl.endpoint.identification.algorithm": "none"}
     assert translated(**{"ssl.endpoint.identification.algorithm": "https"}) == {
         "ssl.endpoint.identification.algorithm": "https"}
 
