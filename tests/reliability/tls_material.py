@@ -55,7 +55,8 @@ def make_leaf(folder: Path, name: str, ca: tuple[Path, Path], password: str, *, 
     openssl("pkcs12", "-export", "-in", str(pem), "-inkey", str(key), "-certfile", str(ca_pem), "-name", name,
             "-out", str(p12), "-passout", f"pass:{password}")
     encrypted = folder / f"{name}.pkcs8"
-    openssl("pkcs8", "-topk8", "-in", str(key), "-out", str(encrypted), "-v2", "aes-256-cbc",
+    # PBES1 (PBE-SHA1-3DES): Kafka's Java PEM reader lacks PBES2 ("PBES2 SecretKeyFactory not available").
+    openssl("pkcs8", "-topk8", "-in", str(key), "-out", str(encrypted), "-v1", "PBE-SHA1-3DES",
             "-passout", f"pass:{password}")
     store = folder / f"{name}-keystore.pem"
     store.write_text(encrypted.read_text() + pem.read_text() + ca_pem.read_text())
