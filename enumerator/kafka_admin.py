@@ -18,7 +18,8 @@ retrying cannot fix (a rejected configuration, failed authentication, an untrust
 certificate, missing authorization) are raised at once, a refusal as
 :class:`~backlog_source.core.kafka_refusals.AccessRefusedError` leading with its cause and
 naming the topic an ACL refused; a wrong password or CA, which a request sees only as a
-timeout, is told by the client's error callback. Each offsets call is one batched
+timeout, is told by the client's error callback, which is watched while the request waits and
+ends it as soon as it reports one (:meth:`KafkaAdmin._watched`). Each offsets call is one batched
 ``ListOffsets`` request for all buckets (per broker), not one request per partition.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -297,9 +299,10 @@ class KafkaAdmin:
         redacted). Raises what retrying cannot fix: :class:`AccessRefusedError` when Kafka
         refused this client (its message leads with why), :class:`ConfigError` for a request
         it refused as invalid."""
+        self._client()  # before the request, so the watch below sees its callback from the start
         self._forget_refusals()
         try:
-            return _Attempt(answer=request(timeout_s))
+            return _Attempt(answer=self._watched(request, timeout_s))
         except KafkaException as exc:
             if _error_code(exc) in _NOT_RETRIABLE:
                 raise self._refused(what, exc) from None
@@ -315,6 +318,23 @@ class KafkaAdmin:
             raise refused from None
         return _Attempt(failure=self._reason(failure))
 
+    def _watched(self, request: Callable[[float], T], timeout_s: float) -> T:
+        """``request(timeout_s)``, run on a worker thread while this one serves librdkafka's
+        error callback and connection log every ``_WATCH_S``: a refusal in ``_ENDS_REQUEST``
+        reported meanwhile is raised at once (:class:`AccessRefusedError`), leaving the
+        request to end on its own; else the request's answer or exception.
+
+        A wrong password or an untrusted certificate reaches a request only as its timeout
+        (its share of ``kafka.default.api.timeout.ms``), while the callback tells it within a
+        second of the connection: the Java client behind ``format("kafka")`` fails as soon as
+        its connection is refused, and so does this."""
+        in_flight = _InFlight(request, timeout_s)
+        while not in_flight.wait(_WATCH_S):
+            refused = self._connection_refused(_ENDS_REQUEST)
+            if refused is not None:
+                raise refused
+        return in_flight.result()
+
     def _refused(self, what: str, exc: KafkaException) -> ConfigError:
         """The error for a request Kafka refused at once (a code in ``_NOT_RETRIABLE``)."""
         refusal = refusal_of(_error_code(exc), _error_text(exc))
@@ -326,10 +346,11 @@ class KafkaAdmin:
             return self._connection_refused() or access_refused(refusal, self._kafka, _error_text(exc))
         return access_refused(refusal, self._kafka, _error_text(exc))
 
-    def _connection_refused(self) -> AccessRefusedError | None:
-        """The error for the refusal of the connection librdkafka reported last, if any."""
+    def _connection_refused(self, refusals: frozenset[Refusal] = CONNECTION_REFUSALS) -> AccessRefusedError | None:
+        """The error for the refusal of the connection librdkafka reported last, if it is one
+        of ``refusals``."""
         self._serve_log()
-        if self._failure is None or self._failure.refusal is None:
+        if self._failure is None or self._failure.refusal not in refusals:
             return None
         return access_refused(self._failure.refusal, self._kafka, self._failure.refusal_text)
 
@@ -525,6 +546,12 @@ class KafkaAdmin:
         self._call(f"waiting for the leaders of the new topic {topic!r}", request)
 
 
+#: How often a request in flight looks at what librdkafka's error callback and log reported.
+_WATCH_S = 0.2
+#: The refusals that end a request still in flight: each says the connection will never be
+#: accepted. A bare "SSL handshake failed" (``TLS_HANDSHAKE``) does not end it: a broker shutting
+#: down cuts a handshake short with that too; it explains the request's failure once it failed.
+_ENDS_REQUEST = frozenset({Refusal.AUTHENTICATION, Refusal.UNTRUSTED_CERTIFICATE, Refusal.CLIENT_CERTIFICATE})
 #: The shortest share of the deadline an attempt gets (when that much is left).
 _MIN_ATTEMPT_S = 2.0
 #: The first wait before a request that failed fast is asked again inside its attempt, and the
@@ -539,6 +566,37 @@ class _Attempt(Generic[T]):
 
     answer: T | None = None
     failure: str | None = None
+
+
+class _InFlight(Generic[T]):
+    """One request running on its own daemon thread: :meth:`wait` for it, then :meth:`result`.
+    A request its caller stopped waiting for ends on its own, bounded by its timeout; what it
+    answers or raises then is dropped."""
+
+    def __init__(self, request: Callable[[float], T], timeout_s: float) -> None:
+        self._done = threading.Event()
+        self._answer: T | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(request, timeout_s), name="backlog-kafka-request",
+                         daemon=True).start()
+
+    def _run(self, request: Callable[[float], T], timeout_s: float) -> None:
+        try:
+            self._answer = request(timeout_s)
+        except BaseException as exc:  # process boundary: the request's thread; result() raises it to the caller
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, seconds: float) -> bool:
+        """True once the request has ended; False after ``seconds`` while it runs."""
+        return self._done.wait(seconds)
+
+    def result(self) -> T:
+        """The request's answer, or what it raised (only once it has ended)."""
+        if self._error is not None:
+            raise self._error
+        return self._answer  # type: ignore[return-value]
 
 
 def _offsets_of(futures: Mapping[TopicPartition, Future], timeout_s: float,

@@ -720,10 +720,21 @@ class FakeAdmin:
         self.clock = clock
         self.cost_s = cost_s
         self.config: dict | None = None
+        self.reports: list = []  # what librdkafka has queued for the next poll(): callables
+        self.served = threading.Event()  # set once a poll() has handed over a report
 
     def __call__(self, config):
         self.config = config
         return self
+
+    def report_error(self, error: KafkaError) -> None:
+        """librdkafka queues ``error`` for the client's error callback (``error_cb``), which
+        runs in the next ``poll()``."""
+        self.reports.append(lambda: self.config["error_cb"](error))
+
+    def report_log(self, line: str) -> None:
+        """librdkafka queues a connection log line for the client's ``logger``."""
+        self.reports.append(lambda: self.config["logger"].error(line))
 
     def _next(self, what: str, timeout: float, *args):
         self.requests.append((what, timeout))
@@ -750,7 +761,13 @@ class FakeAdmin:
         return self._next("create_topics", request_timeout, new_topics)
 
     def poll(self, timeout):
-        return 0
+        served = 0
+        while self.reports:
+            self.reports.pop(0)()
+            served += 1
+        if served:
+            self.served.set()
+        return served
 
 
 # -- the control topic's reader ----------------------------------------------------------

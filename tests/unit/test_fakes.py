@@ -32,7 +32,7 @@ PAIRS = [
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),
     (fakes.FakeConsumer, (Consumer,), set()),
     (fakes.FakeProducer, (Producer,), set()),
-    (fakes.FakeAdmin, (AdminClient,), set()),
+    (fakes.FakeAdmin, (AdminClient,), {"report_error", "report_log"}),
     (fakes.FakeQuery, (StreamingQuery,), set()),
     (fakes.FakeWriter, (DataStreamWriter,), set()),
     (fakes.FakeInPlaceSwitcher, (InPlaceSwitcher,), set()),

@@ -5,6 +5,7 @@ The AdminClient is a fake that answers from a script; the clock and sleep are fa
 from __future__ import annotations
 
 import pickle
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -215,6 +216,66 @@ def test_a_refusal_reported_before_a_request_does_not_explain_its_timeout():
     assert offsets_client.latest_offsets([A0]) == {A0: 1}
     admin.config["error_cb"](KafkaError(KafkaError._SSL, "SSL handshake failed: Disconnected"))
     assert offsets_client.latest_offsets([A0]) == {A0: 2}
+
+
+WRONG_PASSWORD = (KafkaError._AUTHENTICATION, "sasl_ssl://h:1/bootstrap: SASL authentication error: Authentication "
+                  f"failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+                  f"(sasl.password={SECRET})")
+
+
+def blocked_request(admin, report, release: threading.Event, finished: threading.Event):
+    """A ListOffsets that librdkafka's callback explains (``report``) while it waits for
+    ``release``, as a request waits out its timeout when the connection was refused."""
+    def request(specs):
+        report(admin)
+        try:
+            release.wait(admin.requests[-1][1])  # its timeout: what librdkafka would wait
+            raise failed(KafkaError._TIMED_OUT, "Local: Timed out")
+        finally:
+            finished.set()
+
+    return request
+
+
+@pytest.mark.parametrize("report, starts", [
+    (lambda admin: admin.report_error(KafkaError(*WRONG_PASSWORD)), "authentication failed: "),
+    (lambda admin: admin.report_log("FAIL [rdkafka#producer-1] [thrd:x]: ssl://h:1/bootstrap: SSL handshake failed: "
+                                    "error:0A000086:SSL routines::certificate verify failed"),
+     "TLS certificate not trusted: "),
+    (lambda admin: admin.report_error(KafkaError(KafkaError._TRANSPORT, "ssl://h:1/bootstrap: SSL transport error: "
+                                                 "error:0A00045C:SSL routines::tlsv13 alert certificate required")),
+     "TLS client certificate refused: "),
+])
+def test_a_refusal_reported_while_a_request_waits_ends_it_at_once_leading_with_its_cause(report, starts):
+    """A wrong secret or certificate reaches a request only as its timeout (7.5 s of the 30 s
+    deadline), while librdkafka's callback tells it within a second: the query failed 10 to
+    11 s after start(). The error is raised while the request still waits."""
+    release, finished = threading.Event(), threading.Event()
+    offsets_client, admin, _ = client([])
+    admin.script.append(blocked_request(admin, report, release, finished))
+    try:
+        with pytest.raises(AccessRefusedError) as raised:
+            offsets_client.latest_offsets([A0])
+        assert not finished.is_set(), "the error waited for the request's timeout"
+    finally:
+        release.set()
+    message = str(raised.value)
+    assert message.startswith(starts) and SECRET not in message and "Timed out" not in message
+    assert len(admin.requests) == 1
+
+
+def test_a_bare_tls_handshake_failure_while_a_request_waits_does_not_end_it():
+    """A broker shutting down cuts a handshake short ("SSL handshake failed: Disconnected"):
+    the request goes on, and its answer stands."""
+    offsets_client, admin, _ = client([])
+
+    def answered_after_the_report(specs):
+        admin.report_error(KafkaError(KafkaError._SSL, "ssl://h:1/bootstrap: SSL handshake failed: Disconnected"))
+        assert admin.served.wait(30), "the report was never served"
+        return offsets({A0: 4})(specs)
+
+    admin.script.append(answered_after_the_report)
+    assert offsets_client.latest_offsets([A0]) == {A0: 4}
 
 
 def test_secrets_never_reach_an_unavailable_error():
