@@ -9,6 +9,7 @@ source, the arithmetic is Spark's (cited per function).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -237,30 +238,57 @@ def pack_tasks(ranges: list[KafkaRange], *, task_records: int = TASK_RECORDS, mi
     """Group ``ranges`` into tasks: a range of ``task_records`` or more is a task of its
     own; smaller ones share tasks of at most ``task_records`` records, never two ranges of
     one bucket in a task. At least ``min_tasks`` tasks when there are that many ranges
-    (``minPartitions``). Deterministic: a replayed batch gets the same tasks."""
+    (``minPartitions``). Deterministic: a replayed batch gets the same tasks.
+
+    Each range, largest first, goes to the task with the fewest records (the first such)
+    it fits in and shares no bucket with, else starts one; then the task with the most
+    ranges (most records, first) is halved until there are ``min_tasks``. Both choices are
+    taken from heaps, so a batch over ten thousand partitions is packed in O(n log n), not
+    by scanning every task for every range."""
     ordered = sorted(ranges, key=lambda r: (-r.size, r.bucket, r.start))
     tasks: list[list[KafkaRange]] = []
     totals: list[int] = []
+    buckets: list[set[Bucket]] = []
+    fewest: list[tuple[int, int]] = []  # (records, task): a task's entry is stale once its records change
     for r in ordered:
-        if r.size >= task_records:
+        bucket = r.bucket
+        chosen = None
+        if r.size < task_records:
+            shared: list[tuple[int, int]] = []  # tasks already reading this bucket, put back afterwards
+            while fewest:
+                total, i = fewest[0]
+                if total != totals[i]:
+                    heapq.heappop(fewest)
+                elif bucket in buckets[i]:
+                    shared.append(heapq.heappop(fewest))
+                else:
+                    # The fewest records of the tasks without this bucket: if it does not fit, none does.
+                    chosen = i if total + r.size <= task_records else None
+                    break
+            for entry in shared:
+                heapq.heappush(fewest, entry)
+        if chosen is None:
             tasks.append([r])
             totals.append(r.size)
-            continue
-        fits = [i for i, total in enumerate(totals)
-                if total + r.size <= task_records and all(o.bucket != r.bucket for o in tasks[i])]
-        if fits:
-            best = min(fits, key=lambda i: (totals[i], i))
-            tasks[best].append(r)
-            totals[best] += r.size
+            buckets.append({bucket})
+            heapq.heappush(fewest, (r.size, len(tasks) - 1))
         else:
-            tasks.append([r])
-            totals.append(r.size)
-    while len(tasks) < min(min_tasks, len(ranges)):
-        widest = max(range(len(tasks)), key=lambda i: (len(tasks[i]), totals[i], -i))
-        half = len(tasks[widest]) // 2
-        moved = tasks[widest][half:]
-        tasks[widest] = tasks[widest][:half]
-        totals[widest] -= sum(r.size for r in moved)
-        tasks.append(moved)
-        totals.append(sum(r.size for r in moved))
+            tasks[chosen].append(r)
+            totals[chosen] += r.size
+            buckets[chosen].add(bucket)
+            heapq.heappush(fewest, (totals[chosen], chosen))
+    wanted = min(min_tasks, len(ranges))
+    if len(tasks) < wanted:
+        widest = [(-len(task), -total, i) for i, (task, total) in enumerate(zip(tasks, totals))]
+        heapq.heapify(widest)
+        while len(tasks) < wanted:
+            _, _, i = heapq.heappop(widest)
+            half = len(tasks[i]) // 2
+            moved = tasks[i][half:]
+            tasks[i] = tasks[i][:half]
+            totals[i] -= sum(r.size for r in moved)
+            tasks.append(moved)
+            totals.append(sum(r.size for r in moved))
+            for j in (i, len(tasks) - 1):
+                heapq.heappush(widest, (-len(tasks[j]), -totals[j], j))
     return [sorted(task, key=lambda r: (r.bucket, r.start)) for task in tasks]

@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from backlog_source.core.buckets import Bucket
 from backlog_source.split.kafka_split import KafkaRange
 from backlog_source.core.settings import parse_options
-from backlog_source.split.planning import ReadBudget, byte_limit, plan_ranges, rate_limit
+from backlog_source.split.planning import ReadBudget, byte_limit, pack_tasks, plan_ranges, rate_limit
 
 A, B, C = Bucket("t", 0), Bucket("t", 1), Bucket("t", 2)
 
@@ -93,6 +93,73 @@ def test_ranges_cover_the_batch_exactly_once(seed):
         pieces = sorted((r.start, r.end) for r in ranges if r.bucket == bucket)
         covered = [o for s, e in pieces for o in range(s, e)]
         assert covered == list(range(start[bucket], end[bucket]))
+
+
+# -- packing ranges into tasks -----------------------------------------------------------
+
+
+def _pack_by_scanning(ranges, task_records, min_tasks):
+    """pack_tasks's rule written the obvious way (every task scanned for every range): the
+    reference the heap-based packing must agree with, task for task."""
+    ordered = sorted(ranges, key=lambda r: (-r.size, r.bucket, r.start))
+    tasks, totals = [], []
+    for r in ordered:
+        fits = [i for i, total in enumerate(totals)
+                if r.size < task_records and total + r.size <= task_records and all(o.bucket != r.bucket for o in tasks[i])]
+        if fits:
+            best = min(fits, key=lambda i: (totals[i], i))
+            tasks[best].append(r)
+            totals[best] += r.size
+        else:
+            tasks.append([r])
+            totals.append(r.size)
+    while len(tasks) < min(min_tasks, len(ranges)):
+        widest = max(range(len(tasks)), key=lambda i: (len(tasks[i]), totals[i], -i))
+        half = len(tasks[widest]) // 2
+        moved = tasks[widest][half:]
+        tasks[widest] = tasks[widest][:half]
+        totals[widest] -= sum(r.size for r in moved)
+        tasks.append(moved)
+        totals.append(sum(r.size for r in moved))
+    return [sorted(task, key=lambda r: (r.bucket, r.start)) for task in tasks]
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 120), min_size=1, max_size=40),
+    partitions=st.integers(1, 12),
+    pieces=st.integers(1, 3),
+    task_records=st.integers(1, 200),
+    min_tasks=st.integers(1, 50),
+)
+def test_packing_agrees_with_scanning_every_task(sizes, partitions, pieces, task_records, min_tasks):
+    # Ranges of one bucket (cut by maxRecordsPerPartition) must land in different tasks.
+    ranges = [KafkaRange.of(Bucket(f"t{i % 2}", i % partitions), 1000 * (i // partitions) + p * 200, 1000 * (i // partitions) + p * 200 + size)
+              for i, size in enumerate(sizes) for p in range(pieces)]
+    assert pack_tasks(ranges, task_records=task_records, min_tasks=min_tasks) == _pack_by_scanning(
+        ranges, task_records, min_tasks)
+
+
+class _CountedRange(KafkaRange):
+    """A range that counts how often the packer asks for its bucket."""
+
+    asked = 0
+
+    @property
+    def bucket(self):
+        _CountedRange.asked += 1
+        return Bucket(self.topic, self.partition)
+
+
+@pytest.mark.parametrize("min_tasks", [1, 10_000])
+def test_packing_ten_thousand_small_ranges_looks_at_each_range_a_few_times(min_tasks):
+    """A batch of a few records in each of 10,000 partitions fits one task: looking into every
+    task for every range took minutes (50 million looks at a range's bucket)."""
+    ranges = [_CountedRange("big", p, 0, 3) for p in range(10_000)]
+    _CountedRange.asked = 0
+    tasks = pack_tasks(ranges, min_tasks=min_tasks)
+    assert len(tasks) == min_tasks and sorted(r.partition for task in tasks for r in task) == list(range(10_000))
+    assert _CountedRange.asked <= 6 * len(ranges)
 
 
 # -- the byte budget ----------------------------------------------------------------------
