@@ -244,10 +244,11 @@ class Enumerator:
             messages, events_position = read.values, read.next_position
         messages, sizes_read = split_size_reports(messages, start.source_id)
         backlog, finishes = start.backlog.settle(messages, start.source_id, committed)
+        boundaries = start.boundaries  # a merge of two dicts: once, not per bucket
         for bucket, finish in finishes.items():
             how = "its BacklogFinishEvent" if finish.by is FinishedBy.EVENT else (
                 "its committed position (the event was lost or late)")
-            log.info("%s finished its backlog (boundary %d), by %s", bucket, start.boundaries[bucket], how)
+            log.info("%s finished its backlog (boundary %d), by %s", bucket, boundaries[bucket], how)
         settled = Settled(backlog, finishes, events_position, sizes_read)
         self._settled = (start, settled)
         return settled

@@ -25,12 +25,25 @@ class PhaseSpans:
     run: a state change without new data is computed again by every poll until a batch
     carries it, with the same ids. A phase's end is flushed at once (bounded): it triggers a
     mode switch, and a restart-method switch ends the planner's process within milliseconds.
-    Which process: the driver's planner worker; one per query run."""
+    Which process: the driver's planner worker; one per query run.
+
+    Only the span ids of the latest trace exported are kept: a transition is computed again
+    only until a batch carries it, so spans of an earlier phase never come back, and a run
+    that goes through many phases over ten thousand partitions keeps one phase's ids."""
 
     def __init__(self) -> None:
-        self._exported: set[int] = set()  # span ids
+        self._trace_id: int | None = None
+        self._exported: set[int] = set()  # span ids of the trace _trace_id
+
+    @property
+    def remembered(self) -> int:
+        """How many span ids are kept (one trace's at most)."""
+        return len(self._exported)
 
     def export(self, spans: list[SpanRecord]) -> None:
+        # One call's spans are of one trace (phase_trace.advance finishes one phase's spans).
+        if spans and spans[0].ids.trace_id != self._trace_id:
+            self._trace_id, self._exported = spans[0].ids.trace_id, set()
         fresh = [s for s in spans if s.ids.span_id not in self._exported]
         if not fresh:
             return

@@ -221,7 +221,8 @@ class BacklogState:
     @property
     def boundaries(self) -> dict[Bucket, int]:
         """Every boundary the batch's reads carry, each with an open bucket span: still
-        pending or reached by this batch."""
+        pending or reached by this batch. A new dict per call: bind it once, never in a
+        per-bucket loop (that is O(buckets^2))."""
         return {**self.finishing, **self.pending}
 
     def settle(
@@ -273,7 +274,8 @@ class BacklogState:
 
     def with_boundaries(self, boundaries: Mapping[Bucket, int]) -> "BacklogState":
         """Add boundaries for buckets not tracked yet (a recorded boundary never moves)."""
-        return replace(self, pending={**{b: o for b, o in boundaries.items() if b not in self.boundaries}, **self.pending})
+        tracked = self.boundaries  # a merge of two dicts: once, not per bucket
+        return replace(self, pending={**{b: o for b, o in boundaries.items() if b not in tracked}, **self.pending})
 
     def plan(self, end: Mapping[Bucket, int]) -> "BacklogState":
         """The state once a batch ending at ``end`` is read: pending buckets whose end

@@ -1,8 +1,10 @@
 """Planning on a fake cluster: starting positions, limits, discovery, data loss, AvailableNow."""
 
+import json
+
 import pytest
 
-from backlog_source.core.buckets import Bucket
+from backlog_source.core.buckets import Bucket, to_nested
 from backlog_source.core.errors import ConfigError, DataLossError, SnapshotError
 from backlog_source.core.jvm_heap import default_catch_up_bytes
 from backlog_source.core.settings import parse_options
@@ -11,8 +13,9 @@ from backlog_source.core.tracing import names
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import TopicsDeletedError, TopicsRecreatedError
-from backlog_source.enumerator.state import BoundedBy
+from backlog_source.enumerator.state import BacklogState, BoundedBy, SourceOffset
 from backlog_source.events.sizes_report import RecordSizesReport, TopicSizes
+from backlog_source.split.batch_splits import plan_splits
 from backlog_source.split.planning import ReadBudget
 from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
 
@@ -580,3 +583,38 @@ def test_without_a_report_that_covers_the_topic_the_next_batch_samples_again(rep
     control.values.append(report(first.source_id))
     enumerator.latest_offset(first, budget)
     assert len(sizes.asked) == 2
+
+
+def test_ten_thousand_partitions_cost_a_few_requests_per_batch_and_no_per_bucket_merges(monkeypatch):
+    """100 topics of 100 partitions under subscribePattern, restarted on a checkpoint 20
+    records behind in each: every batch is one listing, one description and one ListOffsets
+    (not one per partition), at most one record-size measurement and one control-topic read;
+    the boundaries are merged a few times per plan, never once per bucket (which was
+    O(buckets^2): seconds at 10,000); the offset stays a small multiple of Spark's."""
+    merges = []
+    boundaries = BacklogState.boundaries.fget
+    monkeypatch.setattr(BacklogState, "boundaries", property(lambda state: merges.append(1) or boundaries(state)))
+    topics = {f"t{i:02d}": [(0, 20)] * 100 for i in range(100)}
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "^t", "backlog.minPollIntervalMs": "0",
+                              "backlog.maxOffsetsPerTrigger": "100000"})
+    client, control, sizes = FakeOffsetsClient(topics=topics), FakeControlTopic(), FakeRecordSizes(default=1_000.0)
+    enumerator = Enumerator(settings, client, control, clock=FakeClock(), record_sizes=sizes)
+    budget = ReadBudget.from_settings(settings)
+    buckets = [Bucket(t, p) for t in topics for p in range(100)]
+    start = offset_codec.decode(offset_codec.encode(SourceOffset("src", {b: 0 for b in buckets})))
+    batches = 0
+    while batches == 0 or start.processing_backlog:
+        calls, reads, asked = len(client.calls), control.reads, len(sizes.asked)
+        del merges[:]
+        end = offset_codec.decode(offset_codec.encode(enumerator.latest_offset(start, budget)))
+        assert client.calls[calls:] == ["topic_names", "describe_topics", "latest_offsets"]
+        assert control.reads - reads <= 1 and len(sizes.asked) - asked <= 1 and len(merges) <= 5
+        splits = plan_splits(end.reads_since(start), settings)
+        assert sum(s.records for s in splits) == sum(end.positions.values()) - sum(start.positions.values())
+        spark_shape = len(json.dumps(to_nested(end.positions)))
+        assert len(json.dumps(offset_codec.encode(end))) <= (5 if end.trace.open else 1.5) * spark_shape
+        start, batches = end, batches + 1
+    assert batches == 2 and set(start.positions.values()) == {20}
+    calls = len(client.calls)
+    assert enumerator.latest_offset(start, budget) is start  # caught up: nothing to read
+    assert client.calls[calls:] == ["topic_names", "describe_topics", "latest_offsets"]
