@@ -18,7 +18,7 @@ import gc
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -175,10 +175,12 @@ def read_split(
     with step_timings.step("reader.create_consumer"):
         consumer = pool.borrow(settings, key)
     try:
+        by_bucket = {r.bucket: r for r in ranges}
         with _gc_paused():
-            for batch, positions in _consume(consumer, ranges, config, clock, incidents):
-                for r in ranges:
-                    position = positions[r.bucket]
+            for batch, positions, moved in _consume(consumer, ranges, config, clock, incidents):
+                for bucket in moved:  # only the ranges that moved: a task may read ten thousand
+                    r = by_bucket[bucket]
+                    position = positions[bucket]
                     if tracking and r.crosses_boundary and position >= r.boundary and r.bucket not in reported:
                         reported.add(r.bucket)
                         span = spans.get(r.bucket)
@@ -190,7 +192,7 @@ def read_split(
                         # has it, the task may end and the worker may be reused or killed.
                         spans.pop(r.bucket).finish(position)
                 if sizes is not None:
-                    sizes.add(batch, positions, incidents, config, publish_event)
+                    sizes.add(batch, positions, moved, incidents, config, publish_event)
                 if batch is not None:
                     yield batch
     except GeneratorExit:  # the consumer of this generator stopped early: not a failure
@@ -240,16 +242,20 @@ class _SizesRead:
         self.only_topic = next(iter(topics)) if len(topics) == 1 else None
         self.bytes = dict.fromkeys(topics, 0)
         self.published = False
+        self._ends = {r.bucket: r.end for r in ranges}
+        self._unread = set(self._ends)  # buckets whose range has not reached its end
 
-    def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], incidents: list[str],
-            config: ReaderConfig, publish_event) -> None:
+    def add(self, batch: pa.RecordBatch | None, positions: dict[Bucket, int], moved: Iterable[Bucket],
+            incidents: list[str], config: ReaderConfig, publish_event) -> None:
+        """Count ``batch``; ``moved``: the buckets whose position changed with it."""
         if batch is not None:
             if self.only_topic is not None:
                 self.bytes[self.only_topic] += data_bytes(batch)
             else:
                 for topic, read in data_bytes_by_topic(batch).items():
                     self.bytes[topic] += read
-        if self.published or any(positions[r.bucket] < r.end for r in self.ranges):
+        self._unread.difference_update(b for b in moved if positions[b] >= self._ends[b])
+        if self.published or self._unread:
             return
         self.published = True
         if incidents:
@@ -274,11 +280,19 @@ class _Progress:
 
 
 def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock, incidents: list[str]) -> Iterator[
-        tuple[pa.RecordBatch | None, dict[Bucket, int]]]:
-    """Yield ``(batch or None, position of every range)`` until every range reaches its end.
+        tuple[pa.RecordBatch | None, dict[Bucket, int], list[Bucket]]]:
+    """Yield ``(batch or None, position of every range, the buckets that moved)`` until every
+    range reaches its end; the positions are one dict, updated in place between yields.
     Appends to ``incidents`` what went wrong on the way (an error event other than end of
-    partition, a partition gone): such a consumer is not reused."""
+    partition, a partition gone): such a consumer is not reused.
+
+    Each step costs what it moved, not the split's ranges: a task of ten thousand small
+    ranges, read a few hundred messages at a time, went over every range at every step."""
     progress = {r.bucket: _Progress(r, r.start) for r in ranges}
+    positions = {b: p.position for b, p in progress.items()}
+    active = {b: p for b, p in progress.items() if not p.done}  # ranges not at their end, in split order
+    remaining = sum(p.range.end - p.position for p in active.values())
+    order = {b: i for i, b in enumerate(progress)}  # moved buckets are handed over in split order
     partitions = [TopicPartition(r.topic, r.partition, r.start) for r in ranges]
     with step_timings.step("reader.assign"):
         consumer.assign(partitions)
@@ -288,7 +302,6 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
     per_call = FIRST_CONSUME
     last_progress = last_check = clock()
     while True:
-        active = [p for p in progress.values() if not p.done]
         if not active:
             return
         # consume() waits until it has that many messages or the wait is over: asking for
@@ -296,7 +309,7 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         # made every small split wait the full wait, then a broker-held fetch for EOF). With
         # gaps, fewer messages than offsets exist; the end-of-partition event then ends the
         # range within one short wait.
-        wanted = min(per_call, sum(p.range.end - p.position for p in active))
+        wanted = min(per_call, remaining)
         started = time.perf_counter() if first_fetch else 0.0
         messages = consumer.consume(wanted, wait_s)
         if first_fetch and messages:
@@ -307,29 +320,28 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
         if records:
             with step_timings.step("reader.arrow"):
                 single = len(active) == 1
-                batch = to_record_batch(records, active[0].range.topic if single or one_topic else None,
-                                        active[0].range.partition if single else None, config.include_headers)
+                first_active = next(iter(active.values())).range
+                batch = to_record_batch(records, first_active.topic if single or one_topic else None,
+                                        first_active.partition if single else None, config.include_headers)
             per_call = messages_per_batch(batch)
         now = clock()
         wait_s = _CONSUME_WAIT_MIN_S if moved else min(wait_s * 2, _CONSUME_WAIT_MAX_S)
         if moved:
             for bucket, position in moved.items():
-                progress[bucket].position = max(progress[bucket].position, position)
-                if progress[bucket].done:
-                    consumer.pause([TopicPartition(bucket.topic, bucket.partition)])
+                remaining -= _advance(progress[bucket], position, positions, active, consumer)
             last_progress = last_check = now
-            yield batch, {b: p.position for b, p in progress.items()}
+            yield batch, positions, sorted(moved, key=order.__getitem__)
             continue
-        stuck = [p for p in progress.values() if not p.done]
+        stuck = list(active.values())
         if now - last_check >= _EXISTENCE_CHECK_S:
             last_check = now
             gone = [p for p in stuck if _vanished(consumer, p.range, config)]
             if gone:
                 incidents.append("partition gone")
                 for p in gone:
-                    p.position = _handle_vanished(p.range, p.position, config)
+                    remaining -= _advance(p, _handle_vanished(p.range, p.position, config), positions, active, None)
                     consumer.pause([TopicPartition(p.range.topic, p.range.partition)])
-                yield None, {b: p.position for b, p in progress.items()}
+                yield None, positions, [p.range.bucket for p in gone]
                 continue
         if (now - last_progress) * 1000 >= config.poll_timeout_ms:
             described = ", ".join(f"{p.range.bucket} [{p.range.start}, {p.range.end}) at offset {p.position}"
@@ -339,6 +351,20 @@ def _consume(consumer, ranges: Sequence[KafkaRange], config: ReaderConfig, clock
                 f"{config.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs). Check kafka.bootstrap.servers and "
                 f"that the brokers are reachable from the executors"
             )
+
+
+def _advance(state: _Progress, position: int, positions: dict[Bucket, int], active: dict[Bucket, _Progress],
+             consumer) -> int:
+    """Move ``state`` to ``position`` (never back); a range at its end leaves ``active`` and,
+    with a ``consumer``, its partition is paused. Returns how many offsets of its range that
+    read: what the split has left to read shrinks by it."""
+    bucket = state.range.bucket
+    before = min(state.position, state.range.end)
+    state.position = max(state.position, position)
+    positions[bucket] = state.position
+    if state.done and active.pop(bucket, None) is not None and consumer is not None:
+        consumer.pause([TopicPartition(bucket.topic, bucket.partition)])
+    return min(state.position, state.range.end) - before
 
 
 def _sort_out(consumer, messages: list[Message], progress: dict[Bucket, _Progress], config: ReaderConfig,

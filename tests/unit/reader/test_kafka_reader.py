@@ -499,3 +499,28 @@ def test_a_split_that_skipped_records_lost_to_retention_reports_nothing():
                               pool=ConsumerPool(consumer, capacity=0),
                               publish_event=lambda config, event: published.append(event) or True))
     assert offsets_read(batches) == [20, 21] and published == []
+
+
+class _CountedRange(KafkaRange):
+    """A range that counts how often the reader asks for its bucket."""
+
+    asked = 0
+
+    @property
+    def bucket(self):
+        _CountedRange.asked += 1
+        return super().bucket
+
+
+def test_a_task_of_ten_thousand_small_ranges_costs_what_each_step_moved_not_every_range_per_step():
+    """Three records in each of 10,000 partitions, a hundred messages per consume(): every
+    record once, and each range looked at a few times, not at each of the 300 steps (which
+    was 4.5 million looks, seconds of a task)."""
+    ranges = [_CountedRange("t", p, 0, 3) for p in range(10_000)]
+    messages = [Msg(o, partition=p) for p in range(10_000) for o in range(3)]
+    consumer = FakeConsumer([messages[i:i + 100] for i in range(0, len(messages), 100)])
+    s = KafkaSplit(tuple(ranges))
+    _CountedRange.asked = 0
+    batches = read(s, consumer)
+    assert sum(b.num_rows for b in batches) == 30_000 and len(consumer.paused) == 10_000
+    assert _CountedRange.asked <= 5 * len(ranges)
