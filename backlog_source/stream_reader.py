@@ -18,6 +18,7 @@ from backlog_source.core.settings import ReaderConfig, SourceSettings
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import KafkaAdmin
+from backlog_source.enumerator.state import SourceOffset
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.reader.snapshot_reader import read_snapshot_split
@@ -28,6 +29,11 @@ from backlog_source.split.planning import ReadBudget
 
 log = logging.getLogger(__name__)
 
+#: How many offset dicts the planner keeps with their decoded state: Spark hands back the
+#: dicts it was given (the next batch's start, ``partitions(start, end)``), so a dict of ten
+#: thousand partitions is parsed once, not at every hook.
+KEPT_OFFSETS = 4
+
 
 class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark's stream-reader hooks, delegating to :class:`~backlog_source.enumerator.enumerator.Enumerator`
@@ -37,11 +43,24 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings: SourceSettings | None = settings
         self.reader_config: ReaderConfig = settings.reader_config
         self._enumerator: Enumerator | None = None
+        self._offsets: list[tuple[dict, SourceOffset]] = []  # the latest first, at most KEPT_OFFSETS
 
     def __getstate__(self) -> dict:
         # Spark pickles this object into every task: executors get the narrow reader
-        # configuration only, never the planner's settings or a Kafka client.
-        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None}
+        # configuration only, never the planner's settings, a Kafka client or offsets.
+        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None, "_offsets": []}
+
+    def _decode(self, data: dict) -> SourceOffset:
+        """``offset_codec.decode(data)``, from the kept offsets when an equal dict was seen."""
+        for kept, offset in self._offsets:
+            if kept == data:
+                return offset
+        offset = offset_codec.decode(data)
+        self._keep(data, offset)
+        return offset
+
+    def _keep(self, data: dict, offset: SourceOffset) -> None:
+        self._offsets = [(data, offset), *self._offsets[:KEPT_OFFSETS - 1]]
 
     @property
     def enumerator(self) -> Enumerator:
@@ -64,7 +83,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver --------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        return offset_codec.encode(self.enumerator.initial_offset())
+        initial = self.enumerator.initial_offset()
+        encoded = offset_codec.encode(initial)
+        self._keep(encoded, initial)
+        return encoded
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadBudget.default_limit(self._driver_settings(), driver_heap_bytes())
@@ -73,11 +95,15 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next batch, under the budget Spark's ``limit`` stands for
         (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
         the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
-        start_offset = offset_codec.decode(start)
+        start_offset = self._decode(start)
         budget = ReadBudget.from_limit(limit, self._driver_settings(), driver_heap_bytes())
         end = self.enumerator.latest_offset(start_offset, budget)
         # Returning the very dict Spark gave us tells it there is nothing new to run.
-        return start if end == start_offset else offset_codec.encode(end)
+        if end == start_offset:
+            return start
+        encoded = offset_codec.encode(end)
+        self._keep(encoded, end)
+        return encoded
 
     def reportLatestOffset(self) -> dict | None:
         latest = self.enumerator.report_latest()
@@ -91,7 +117,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
         offsets, so a replayed batch gets the same splits."""
         with step_timings.step("driver.partitions"):
-            reads = offset_codec.decode(end).reads_since(offset_codec.decode(start))
+            reads = self._decode(end).reads_since(self._decode(start))
             return plan_splits(reads, self._driver_settings())
 
     def commit(self, end: dict) -> None:

@@ -60,3 +60,35 @@ def test_the_schema_load_reports_follows_include_headers_when_the_problem_waits(
     source = BacklogDataSource({"kafka.bootstrap.servers": "h:1", "startingOffsets": "latest", "includeHeaders": "true"})
     assert source.schema() == kafka_schema(True)
     assert pickle.loads(pickle.dumps(source)).schema() == kafka_schema(True)
+
+
+def test_offsets_spark_hands_back_are_parsed_once(monkeypatch):
+    """Spark hands the planner's offsets back as new dicts (JSON through the JVM): the next
+    batch's start and partitions(start, end). At ten thousand partitions each parse is tens of
+    milliseconds of every batch, so an offset equal to one kept is not parsed again."""
+    import json
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from backlog_source.enumerator.enumerator import Enumerator
+    from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
+
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest"})
+    client = FakeOffsetsClient(topics={"a": [(0, 100), (0, 50)]})
+    reader = BacklogStreamReader(settings)
+    reader._enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(),
+                                    record_sizes=FakeRecordSizes())
+    parsed = []
+    decode = offset_codec.decode
+    monkeypatch.setattr(offset_codec, "decode", lambda data: parsed.append(1) or decode(data))
+    through_the_jvm = lambda offset: json.loads(json.dumps(offset))  # noqa: E731
+    start = through_the_jvm(reader.initialOffset())
+    end = through_the_jvm(reader.latestOffset(start, ReadAllAvailable()))
+    splits = reader.partitions(start, end)
+    client.append("a", 0, 10)
+    following = reader.latestOffset(end, ReadAllAvailable())
+    assert parsed == [] and sum(s.records for s in splits) == 150
+    assert decode(following).positions == {A0: 110, A1: 50}
+    assert len(reader._offsets) <= 4 and pickle.loads(pickle.dumps(reader))._offsets == []
+    reader.partitions(offset_codec.encode(SourceOffset("x", {A0: 0})), end)  # an offset not kept is parsed
+    assert len(parsed) == 1
