@@ -494,7 +494,7 @@ class Enumerator:
         records, as in Spark (a state change that arrives without data is carried by the
         next batch with data; its spans are exported now)."""
         trace, finished_spans = advance(start.trace, start.source_id, plan.backlog.boundaries, settled.finishes,
-                                        view.read_from, self._now_ms())
+                                        view.read_from, self._now_ms(), spans=exporter.enabled())
         self._spans.export(finished_spans)
         snapshot_unread = bool(start.snapshot and start.snapshot.pending)
         if plan.end == start.positions and not view.starts and not snapshot_unread:

@@ -42,6 +42,8 @@ def advance(
     finishes: Mapping[Bucket, Finish],
     positions: Mapping[Bucket, int],
     now_ms: int,
+    *,
+    spans: bool = True,
 ) -> tuple[PhaseTrace | None, list[SpanRecord]]:
     """The trace once the batch carries ``boundaries`` (pending or finishing).
 
@@ -50,7 +52,9 @@ def advance(
     position ``positions`` gives. The phase ends when none of its buckets is left, unless a
     bucket was reset with a new boundary (it goes on in the same phase); buckets that enter
     backlog after that (a restart, re-entry) start a new phase, with a new trace. Returns
-    the new trace and the finished spans, buckets first, then the phase.
+    the new trace and the finished spans, buckets first, then the phase; with ``spans=False``
+    (tracing off in this process) the same trace and no spans: a phase of ten thousand
+    buckets would build as many spans for nothing.
     """
     finished: list[SpanRecord] = []
     phase_open = trace is not None and trace.open
@@ -61,12 +65,15 @@ def advance(
             if boundaries.get(bucket) == entry.boundary:
                 remaining[bucket] = entry
                 continue
-            default = FinishedBy.RESET if bucket in boundaries else FinishedBy.VANISHED
-            finished.append(phase_spans.bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)), now_ms))
+            if spans:
+                default = FinishedBy.RESET if bucket in boundaries else FinishedBy.VANISHED
+                finished.append(phase_spans.bucket_span(trace, bucket, entry, finishes.get(bucket, Finish(default)),
+                                                        now_ms))
         reset = [b for b in trace.buckets if b not in remaining and b in boundaries and b not in finishes]
         trace = replace(trace, buckets=remaining)
         if not remaining and not reset:
-            finished.append(phase_spans.phase_span(trace, source_id, now_ms))
+            if spans:
+                finished.append(phase_spans.phase_span(trace, source_id, now_ms))
             phase_open = False
 
     started = {b: o for b, o in boundaries.items() if trace is None or b not in trace.buckets}

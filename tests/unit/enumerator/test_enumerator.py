@@ -532,6 +532,7 @@ def test_the_phase_counts_its_catch_up_batches_their_planned_bytes_and_what_boun
     """What the backlog.phase span reports (issue 35 item 5), kept in the checkpointed trace."""
     exported = []
     monkeypatch.setattr("backlog_source.core.tracing.exporter.export", lambda records: exported.extend(records))
+    monkeypatch.setattr("backlog_source.core.tracing.exporter.enabled", lambda: True)  # tracing on: spans are built
     enumerator, _, _, budget = catching_up({"backlog.maxBytesPerTrigger": "2m"}, FakeRecordSizes(default=1_000.0))
     offset, plans = enumerator.initial_offset(), []
     while (end := enumerator.latest_offset(offset, budget)) != offset:  # to the first poll with nothing new

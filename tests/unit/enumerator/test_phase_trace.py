@@ -116,6 +116,7 @@ def test_a_malformed_trace_in_the_offset_is_a_clear_error(bad):
 def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_commits(monkeypatch):
     exported = []
     monkeypatch.setattr("backlog_source.core.tracing.exporter.export", lambda records: exported.extend(records))
+    monkeypatch.setattr("backlog_source.core.tracing.exporter.enabled", lambda: True)  # tracing on: spans are built
     enumerator, client, control = make()
     start = enumerator.initial_offset()
     assert start.trace is not None and set(start.trace.buckets) == {A0, Bucket("a", 2)}
@@ -135,3 +136,11 @@ def test_the_enumerator_exports_bucket_and_phase_spans_once_the_boundary_batch_c
     client.append("a", 1, 1)
     third = enumerator.latest_offset(second, ReadBudget())
     assert len(exported) == 3 and not third.trace.open
+
+
+def test_without_tracing_the_trace_moves_the_same_and_no_span_is_built():
+    trace = started()
+    traced, spans = advance(trace, "src", {}, {A0: Finish(FinishedBy.EVENT, 100)}, {}, now_ms=3_000)
+    untraced, none = advance(trace, "src", {}, {A0: Finish(FinishedBy.EVENT, 100)}, {}, now_ms=3_000, spans=False)
+    assert [s.name for s in spans] == [names.BUCKET, names.BUCKET, names.PHASE] and none == []
+    assert untraced == traced and not untraced.open
