@@ -47,6 +47,9 @@ class Subscription:
         self._wait_for_topics = wait_for_topics
         self._pattern = re.compile(settings.subscribe_pattern) if settings.subscribe_pattern else None
         self._warned: set[tuple[str, ...]] = set()
+        # The buckets of the last listing, by each topic's partition count: built again only
+        # when a count changes (ten thousand Buckets a batch otherwise).
+        self._buckets: tuple[dict[str, int], frozenset[Bucket]] = ({}, frozenset())
 
     def buckets(self) -> set[Bucket]:
         """Every bucket the query reads now (see :meth:`covered`)."""
@@ -83,8 +86,10 @@ class Subscription:
                       if not identity.internal}
         else:  # SourceSettings refuses this at load; a hand-built one is refused here
             raise ConfigError("none of 'subscribe', 'subscribePattern' or 'assign' is set: exactly one must be")
-        buckets = {Bucket(topic, p) for topic, identity in topics.items() for p in range(identity.partitions)}
-        return Covered(topics, frozenset(buckets), missing)
+        counts = {topic: identity.partitions for topic, identity in topics.items()}
+        if counts != self._buckets[0]:
+            self._buckets = (counts, frozenset(Bucket(topic, p) for topic, n in counts.items() for p in range(n)))
+        return Covered(topics, self._buckets[1], missing)
 
     def check_assigned_exist(self) -> None:
         """For ``assign``: raise :class:`ConfigError` naming partitions that do not exist."""

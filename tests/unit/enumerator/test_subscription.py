@@ -111,3 +111,15 @@ def test_settings_without_a_subscription_are_refused_here_too():
     object.__setattr__(settings, "subscribe", None)
     with pytest.raises(ConfigError, match="none of 'subscribe', 'subscribePattern' or 'assign' is set"):
         Subscription(settings, FakeOffsetsClient(topics={"a": [(0, 1)]})).covered()
+
+
+def test_the_buckets_are_built_again_only_when_a_partition_count_changes():
+    # Ten thousand Buckets a batch otherwise: the listing rarely changes.
+    client = FakeOffsetsClient({f"t{i}": [(0, 0)] * 100 for i in range(100)})
+    sub = subscription(client, subscribePattern="^t")
+    first = sub.covered().buckets
+    assert len(first) == 10_000 and sub.covered().buckets is first
+    client.topics["t0"].append((0, 0))  # a partition added
+    assert sub.covered().buckets == first | {Bucket("t0", 100)}
+    client.recreate("t1", [(0, 0)])  # re-created with one partition
+    assert len(sub.covered().buckets) == 10_001 - 99 and Bucket("t1", 1) not in sub.covered().buckets
