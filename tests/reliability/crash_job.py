@@ -12,7 +12,11 @@ caught up with the log end stop and exit 0).
 ``JOB_MASTER`` picks the Spark master (default ``local[2]``); ``OTEL_*`` variables are passed
 to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so the kill does not reach the caller.
 ``--backlog-max-offsets-per-trigger`` sizes the backlog batches (150,000 records by default).
-"""
+``--conf KEY=VALUE`` (repeatable) adds a Spark setting, ``--option KEY=VALUE`` (repeatable) a
+source option; ``--note-tasks`` notes ``tasks`` each time a stage starts running while none
+did (the moment a batch's tasks read, for a test that injects faults from outside);
+``--deadline-s`` bounds the run (300 s by default, exit 4). The ``started`` note carries the
+application id (``app_id``)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,10 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--crash-at", choices=POINTS, required=True)
     parser.add_argument("--backlog-max-offsets-per-trigger", type=int, default=150_000)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--note-tasks", action="store_true")
+    parser.add_argument("--deadline-s", type=float, default=300)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -57,13 +65,15 @@ def main() -> None:
     for name, value in os.environ.items():
         if name.startswith("OTEL_"):  # as the README says: executors get OTEL_* via executorEnv
             builder = builder.config(f"spark.executorEnv.{name}", value)
+    for setting in args.conf:
+        builder = builder.config(*setting.split("=", 1))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BacklogDataSource)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", args.bootstrap)
           .option("subscribe", args.topic).option("startingOffsets", "earliest")
           .option("backlog.maxOffsetsPerTrigger", str(args.backlog_max_offsets_per_trigger))
-          .option("maxOffsetsPerTrigger", "20000").load())
+          .option("maxOffsetsPerTrigger", "20000").options(**dict(o.split("=", 1) for o in args.option)).load())
     writer = (df.writeStream.format("parquet").option("path", os.path.join(args.out, "parquet"))
               .option("checkpointLocation", os.path.join(args.out, "checkpoint")))
     state = {"handle": None, "ll_batches": 0}
@@ -98,13 +108,19 @@ def main() -> None:
     spark.streams.addListener(CrashPoints())
     handle = start_backlog_aware(writer, "0 seconds", "500 milliseconds")
     state["handle"] = handle
-    note("started", mode=handle.mode)
-    deadline = time.time() + 300
+    note("started", mode=handle.mode, app_id=spark.sparkContext.applicationId)
+    deadline = time.time() + args.deadline_s
+    tasks_running = False
     while time.time() < deadline:
         query = handle.query
         if handle.await_termination(timeout=0.05):
             note("terminated")
             sys.exit(3)
+        if args.note_tasks:
+            stages = spark.sparkContext.statusTracker().getActiveStageIds()
+            if stages and not tasks_running:
+                note("tasks", stages=list(stages), batch=query.lastProgress and query.lastProgress["batchId"])
+            tasks_running = bool(stages)
         if args.crash_at == "mid_backlog":
             last = query.lastProgress
             # Mid-batch: planned (its offsets in the write-ahead log), its tasks reading, nothing committed.
