@@ -13,10 +13,8 @@ caught up with the log end stop and exit 0).
 to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so the kill does not reach the caller.
 ``--backlog-max-offsets-per-trigger`` sizes the backlog batches (150,000 records by default).
 ``--conf KEY=VALUE`` (repeatable) adds a Spark setting, ``--option KEY=VALUE`` (repeatable) a
-source option; ``--note-tasks`` notes ``tasks`` each time a stage starts running while none
-did (the moment a batch's tasks read, for a test that injects faults from outside);
-``--deadline-s`` bounds the run (300 s by default, exit 4). The ``started`` note carries the
-application id (``app_id``)."""
+source option; ``--deadline-s`` bounds the run (300 s by default, exit 4). The ``started``
+note carries the application id (``app_id``)."""
 
 from __future__ import annotations
 
@@ -42,7 +40,6 @@ def main() -> None:
     parser.add_argument("--backlog-max-offsets-per-trigger", type=int, default=150_000)
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--note-tasks", action="store_true")
     parser.add_argument("--deadline-s", type=float, default=300)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -110,17 +107,11 @@ def main() -> None:
     state["handle"] = handle
     note("started", mode=handle.mode, app_id=spark.sparkContext.applicationId)
     deadline = time.time() + args.deadline_s
-    tasks_running = False
     while time.time() < deadline:
         query = handle.query
         if handle.await_termination(timeout=0.05):
             note("terminated")
             sys.exit(3)
-        if args.note_tasks:
-            stages = spark.sparkContext.statusTracker().getActiveStageIds()
-            if stages and not tasks_running:
-                note("tasks", stages=list(stages), batch=query.lastProgress and query.lastProgress["batchId"])
-            tasks_running = bool(stages)
         if args.crash_at == "mid_backlog":
             last = query.lastProgress
             # Mid-batch: planned (its offsets in the write-ahead log), its tasks reading, nothing committed.

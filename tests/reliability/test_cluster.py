@@ -1,33 +1,29 @@
-"""Cluster mode: a Spark standalone master and worker on loopback (from the pyspark
-package), executors in their own JVM and Python workers importing the installed package.
-The mode-switch scenario passes; events and traces still arrive."""
+"""Cluster mode: a Spark standalone master and two one-core workers on loopback (from the
+pyspark package), executors in their own JVMs and Python workers importing the installed
+package, Apache Kafka. One run of ``cluster_faults.py``'s scenario, speculation on
+throughout: an executor JVM SIGKILLed mid-drain, later the other executor's Python workers
+SIGKILLed mid-batch, speculative copies running. The query goes on by itself, switches to
+low latency once, every record lands exactly once, every partition's backlog finishes once,
+and events and traces still arrive. ``benchmarks/executor_faults.py`` times the same
+scenario."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from backlog_source.demo.apache_kafka import free_port
 from backlog_source.demo.otlp_receiver import OtlpReceiver
-from tests.integration.helpers import committed_parquet_files, log_end_offsets, make_topic, wait_for
-from tests.reliability.test_crashes import JOB, job_log
+from tests.integration.helpers import committed_parquet_files, log_end_offsets
+from tests.reliability.cluster_faults import FIRST_HOST, SECOND_HOST, run_executor_faults, standalone_cluster
+from tests.reliability.test_crashes import checkpointed_offsets
 from tests.wheel.wheel_env import ENV, ensure_installed
 
 pytestmark = pytest.mark.integration
 
-
-
-def spark_class(python: Path) -> Path:
-    """``bin/spark-class`` of the pyspark installed for ``python``: the master and worker must
-    run the driver's Spark version (the wheel's environment picks its own pyspark)."""
-    home = subprocess.run([str(python), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    return Path(home) / "bin" / "spark-class"
+PARTITIONS = 8
 
 
 @pytest.fixture(scope="session")
@@ -37,74 +33,59 @@ def wheel_python():
     return ensure_installed()
 
 
-@pytest.fixture
-def standalone_cluster(tmp_path, wheel_python):
-    """``spark://`` URL of a master and one worker (2 cores, 2 GiB), stopped afterwards.
-    Executors run the installed wheel's interpreter."""
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
-           "PYSPARK_PYTHON": str(wheel_python), "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    port = free_port()
-    url = f"spark://127.0.0.1:{port}"
-    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("master", "worker")}
-    launcher = str(spark_class(wheel_python))
-    master = subprocess.Popen([launcher, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(free_port())],
-                              env=env, stdout=logs["master"], stderr=subprocess.STDOUT)
-    worker = subprocess.Popen([launcher, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                               "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
-                               "--work-dir", str(tmp_path / "work")],
-                              env=env, stdout=logs["worker"], stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(), 90,
-                 "the worker to register with the master")
-        yield url
-    finally:
-        for process in (worker, master):
-            process.terminate()
-        for process in (worker, master):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        for log in logs.values():
-            log.close()
+def test_executor_faults_and_speculation_on_a_standalone_cluster(broker, topic_name, tmp_path, wheel_python):
+    with standalone_cluster(tmp_path, wheel_python) as master, OtlpReceiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "cluster-job",
+                "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        run = run_executor_faults(broker, topic_name, tmp_path, tmp_path, wheel_python, master, partitions=PARTITIONS,
+                                  env=otel)
+        assert run.returncode == 0, run.stderr[-4000:]  # nobody restarted or nudged the query
+        spans = receiver.wait_for(lambda s: {"backlog.phase", "backlog.mode_switch"} <= {x["name"] for x in s}
+                                  and sum(x["name"] == "backlog.bucket" for x in s) >= PARTITIONS, timeout=30)
 
-
-def test_mode_switch_scenario_on_a_standalone_cluster(broker, topic_name, tmp_path, standalone_cluster, wheel_python):
-    make_topic(broker, topic_name, 3, per_partition=60_000)
-    with OtlpReceiver() as receiver:
-        env = {**os.environ, "JOB_MASTER": standalone_cluster, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-               "OTEL_SERVICE_NAME": "cluster-job", "OTEL_BSP_SCHEDULE_DELAY": "200"}
-        env.pop("PYTHONPATH", None)
-        started = time.time()
-        # The driver program runs on the installed wheel too, from outside the source tree.
-        result = subprocess.run([str(wheel_python), str(JOB), broker.bootstrap_servers, topic_name, str(tmp_path),
-                                 "--crash-at", "none"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=600)
-        assert result.returncode == 0, result.stderr[-4000:]
-        spans = receiver.wait_for(
-            lambda s: {"backlog.phase", "backlog.read", "backlog.mode_switch"} <= {x["name"] for x in s}, timeout=30)
-
-    [done] = [e for e in job_log(tmp_path) if e["what"] == "caught up and stopped"]
-    assert done["master"] == standalone_cluster
+    [done] = [e for e in run.log if e["what"] == "caught up and stopped"]
+    assert done["master"] == master
     # Driver and executors imported the installed wheel, not the source tree.
     assert Path(done["driver_module"]).is_relative_to(ENV) and Path(done["executor_module"]).is_relative_to(ENV)
-    assert len(done["block_managers"]) >= 2  # the driver and at least one executor JVM
+    # The driver, the first worker's executor and the second worker's replacement executor.
+    assert len(done["block_managers"]) == 3 and any(SECOND_HOST in b for b in done["block_managers"])
     assert [(t["from_mode"], t["to_mode"]) for t in done["transitions"]] == [("high-throughput", "low-latency")]
     assert done["mode"] == "low-latency"
 
-    pairs = []
-    import pyarrow.parquet as pq
+    # Both faults hit running tasks, each time a batch committed afterwards, and speculative
+    # copies ran (the replacement executor's cold first tasks are the slow ones).
+    jvm, workers = run.kills
+    assert (jvm.fault, jvm.host, workers.fault, workers.host) == (
+        "executor JVM", SECOND_HOST, "Python workers", FIRST_HOST)
+    attempts = run.events.attempts
+    assert any(a["end"] == "ExecutorLostFailure" and a["host"] == SECOND_HOST for a in attempts)
+    failed = [a for a in attempts if a["host"] == FIRST_HOST and a["finished"] >= workers.at
+              and a["end"] not in ("Success", "TaskKilled")]
+    assert failed, "no task failed when its Python worker was killed"
+    assert all(k.next_commit_s is not None for k in run.kills)
+    speculative = [a for a in attempts if a["speculative"]]
+    assert speculative
 
     table = pq.ParquetDataset(committed_parquet_files(tmp_path / "parquet")).read(columns=["partition", "offset"])
     pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
-    assert len(pairs) == len(set(pairs)) == sum(log_end_offsets(broker, topic_name).values())
+    expected = sum(log_end_offsets(broker, topic_name).values())
+    assert len(pairs) == expected, f"{len(pairs) - expected:+} records against the topic"
+    assert len(set(pairs)) == expected, f"{len(pairs) - len(set(pairs))} duplicates"
 
-    mine = [s for s in spans if s["start_ns"] >= started * 1e9 - 5e9]
-    buckets = [s for s in mine if s["name"] == "backlog.bucket"]
+    # One backlog phase, and each partition's bucket finished once in it: one bucket span a
+    # partition, and as many finishes counted in the offset log as there are buckets (a
+    # retried or speculative task's second finish event is counted as a duplicate).
+    final = checkpointed_offsets(tmp_path / "checkpoint")[-1]
+    counts = final["event_counts"]
+    assert counts["handled"] + counts["finished_by_position"] == PARTITIONS, counts
+    buckets = [s for s in spans if s["name"] == "backlog.bucket"]
+    partitions = sorted(int(b["attributes"]["messaging.destination.partition.id"]) for b in buckets)
+    assert partitions == list(range(PARTITIONS))
     assert any(b["attributes"]["backlog.finished_by"] == "event" for b in buckets)  # executors' events arrived
-    reads = [s for s in mine if s["name"] == "backlog.read"]
+    reads = [s for s in spans if s["name"] == "backlog.read"]
     assert reads and all(r["resource"]["service.name"] == "cluster-job" for r in reads)
     assert {r["parent_span_id"] for r in reads} <= {b["span_id"] for b in buckets}
-    assert len({s["trace_id"] for s in mine if s["name"] != "backlog.mode_switch"}) == 1
-    print(json.dumps({"executors": done["block_managers"]}))
+    assert len({s["trace_id"] for s in spans if s["name"] != "backlog.mode_switch"}) == 1
+    print(json.dumps({"executors": done["block_managers"], "kills": [k.__dict__ for k in run.kills],
+                      "speculative": len(speculative), "event_counts": counts, "seconds": run.seconds,
+                      "ends": sorted({a["end"] for a in attempts}), "failed": failed}))
