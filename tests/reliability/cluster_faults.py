@@ -9,10 +9,10 @@ run the wheel's interpreter.
 
 The scenario (:func:`run_executor_faults`): ``crash_job.py --crash-at none`` (the driver, on
 the wheel's interpreter, ``start_backlog_aware`` into Parquet) drains a backlog with live
-records arriving and speculation on for the whole run; from this process, at moments the
-job's log shows, (a) the executor JVM on 127.0.0.2 is SIGKILLed while a backlog batch's
-tasks run, and once a batch has committed after it, (b) the forked Python workers of the
-surviving executor (127.0.0.1) are SIGKILLed while they run a task of a later batch; live
+records arriving and speculation on for the whole run; from this process, (a) once a backlog
+batch has committed (the job's log), the executor JVM on 127.0.0.2 is SIGKILLed while its own
+log shows a task running, and once a batch has committed after that, (b) the forked Python
+workers of the surviving executor (127.0.0.1) are SIGKILLed while it runs a task; live
 records go on until a speculative copy has run (the replacement executor's first tasks, a
 cold Python start, are the slow ones) and the query is in low latency. Nothing else is done:
 the query must go on, switch to low latency and stop caught up on its own.
