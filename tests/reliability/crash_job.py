@@ -14,7 +14,12 @@ to executors as ``spark.executorEnv.*``. Run with ``start_new_session=True`` so 
 ``--backlog-max-offsets-per-trigger`` sizes the backlog batches (150,000 records by default).
 ``--conf KEY=VALUE`` (repeatable) adds a Spark setting, ``--option KEY=VALUE`` (repeatable) a
 source option; ``--deadline-s`` bounds the run (300 s by default, exit 4). The ``started``
-note carries the application id (``app_id``)."""
+note carries the application id (``app_id``).
+
+``--hold-reads DIR`` (test-only, for a test that kills an executor's processes while a read
+task of the source runs): the job registers a subclass of the source defined here
+(:func:`held_source`; nothing of the package changes) whose executors' ``read`` first obeys
+the holds in ``DIR`` (:func:`hold_if_armed`)."""
 
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--deadline-s", type=float, default=300)
+    parser.add_argument("--hold-reads", metavar="DIR")
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -66,7 +72,7 @@ def main() -> None:
         builder = builder.config(*setting.split("=", 1))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BacklogDataSource)
+    spark.dataSource.register(held_source(args.hold_reads) if args.hold_reads else BacklogDataSource)
     df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", args.bootstrap)
           .option("subscribe", args.topic).option("startingOffsets", "earliest")
           .option("backlog.maxOffsetsPerTrigger", str(args.backlog_max_offsets_per_trigger))
@@ -143,6 +149,95 @@ def main() -> None:
             return
     note("deadline passed")
     sys.exit(4)
+
+
+def hold_if_armed(folder: str) -> None:
+    """Block this read task while a hold in ``folder`` is armed for it. Runs in the Python
+    worker of an executor that runs a read task of the source; test-only (``--hold-reads``).
+
+    A hold is a folder ``folder/NAME`` the test fills: ``arm`` (JSON ``{"host": H}``, ``null``
+    for any host) arms it, ``release`` releases it. The first read task whose executor runs on
+    ``H`` while the hold is armed and not released claims it (``claim``: its stage and
+    partition); it, and every other attempt of that task (a retry, a speculative copy, on any
+    host) that starts before the release, writes ``waiting-PID.json`` (``pid``: this Python
+    worker, ``stage``, ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and
+    waits for ``release``. Raises RuntimeError when no release comes within 600 s."""
+    from pathlib import Path
+
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = f"{context.stageId()}:{context.partitionId()}"
+    for arm in sorted(Path(folder).glob("*/arm")):
+        hold = arm.parent
+        if (hold / "release").exists():
+            continue
+        claim = hold / "claim"
+        if not claim.exists():
+            wanted = json.loads(arm.read_text())["host"]
+            if wanted is not None and wanted != executor_host():
+                continue
+            mine = hold / f"claim-{os.getpid()}"
+            mine.write_text(task)
+            try:
+                os.link(mine, claim)  # atomic, content and all: one task claims the hold
+            except FileExistsError:
+                pass
+            finally:
+                mine.unlink()
+        if claim.read_text() != task:
+            continue
+        marker = {"pid": os.getpid(), "stage": context.stageId(), "partition": context.partitionId(),
+                  "attempt": context.attemptNumber(), "batch": context.getLocalProperty("streaming.sql.batchId"),
+                  "host": executor_host()}
+        (hold / f"waiting-{os.getpid()}.tmp").write_text(json.dumps(marker))
+        os.replace(hold / f"waiting-{os.getpid()}.tmp", hold / f"waiting-{os.getpid()}.json")
+        deadline = time.monotonic() + 600
+        while not (hold / "release").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hold {hold} was never released")
+            time.sleep(0.02)
+
+
+def executor_host() -> str | None:
+    """The ``--hostname`` of the executor JVM this process descends from (its Python daemon's
+    parent), from /proc; None outside an executor (``local`` mode)."""
+    pid = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                command = cmdline.read().decode(errors="replace").split("\0")
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return None
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in command:
+            return command[command.index("--hostname") + 1]
+    return None
+
+
+def held_source(folder: str):
+    """The source with :func:`hold_if_armed` before every executor's ``read``: a subclass
+    defined in this program, pickled by value into the planner and the executors."""
+    from backlog_source import BacklogDataSource
+    from backlog_source.stream_reader import BacklogStreamReader
+
+    class HeldReader(BacklogStreamReader):
+        def __getstate__(self) -> dict:
+            return {**BacklogStreamReader.__getstate__(self), "hold_folder": folder}
+
+        def read(self, partition):
+            hold_if_armed(self.hold_folder)
+            return BacklogStreamReader.read(self, partition)
+
+    class HeldSource(BacklogDataSource):
+        def streamReader(self, schema):
+            reader = BacklogDataSource.streamReader(self, schema)
+            held = HeldReader.__new__(HeldReader)
+            held.__dict__.update(reader.__dict__, hold_folder=folder)
+            return held
+
+    return HeldSource
 
 
 def poke(args) -> None:
