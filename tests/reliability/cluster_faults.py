@@ -7,22 +7,23 @@ installed wheel's environment; the second worker on another loopback address (12
 because Spark never runs a speculative copy on the host of the attempt it copies. Executors
 run the wheel's interpreter.
 
-The scenario (:func:`run_executor_faults`): ``crash_job.py --crash-at none`` (the driver, on
-the wheel's interpreter, ``start_backlog_aware`` into Parquet) drains a backlog with live
-records arriving and speculation on for the whole run; from this process, (a) once a backlog
-batch has committed (the job's log), the executor JVM on 127.0.0.2 is SIGKILLed while its own
-log shows a task running, and once a batch has committed after that, (b) the forked Python
-workers of the surviving executor (127.0.0.1) are SIGKILLed while it runs a task; live
-records go on until a speculative copy has run (the replacement executor's first tasks, a
-cold Python start, are the slow ones) and the query is in low latency. Nothing else is done:
-the query must go on, switch to low latency and stop caught up on its own.
+The scenario (:func:`run_executor_faults`): ``crash_job.py --crash-at none --hold-reads``
+(the driver, on the wheel's interpreter, ``start_backlog_aware`` into Parquet) drains a backlog
+with live records arriving and speculation on for the whole run. The faults land inside a
+running read task by condition, not by timing: the job's source holds a read task that a test
+arms (``crash_job.py``'s ``hold_if_armed``: the task's Python worker writes a marker and waits
+for a release), so from this process (a) once a backlog batch has committed, a read task of a
+later backlog batch is held on 127.0.0.2 until a speculative copy of it is held on 127.0.0.1
+too, and that executor's JVM is SIGKILLed; (b) once a batch has committed after that, a read
+task is held on 127.0.0.1 and the forked Python workers of that executor, the held one among
+them, are SIGKILLed. Each hold is released right after its kill. Nothing else is done: the
+query must go on, switch to low latency and stop caught up on its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -122,22 +123,6 @@ def executor_jvms(app_id: str) -> dict[str, tuple[int, str]]:
     return found
 
 
-def running_tasks(stderr: Path) -> set[str]:
-    """The task ids an executor runs now, from its log (``stderr`` in its work folder): each
-    ``Running task`` line not yet followed by the task's finish, kill or failure."""
-    running: set[str] = set()
-    text = stderr.read_text(errors="replace") if stderr.exists() else ""
-    for line in text.splitlines():
-        match = re.search(r"\(TID (\d+)\)", line)
-        if match is None:
-            continue
-        if "Running task" in line:
-            running.add(match.group(1))
-        elif "Finished task" in line or "killed task" in line or "Exception in task" in line:
-            running.discard(match.group(1))
-    return running
-
-
 def python_workers(jvm: int) -> list[int]:
     """The Python workers of the executor JVM ``jvm``: the processes its ``pyspark.daemon``
     forked (their command line is the daemon's), or ``pyspark.worker`` children when it runs
@@ -167,25 +152,34 @@ class JobLog:
     def wait(self, predicate, timeout_s: float, what: str) -> dict:
         """The first entry satisfying ``predicate`` once there is one. Raises RuntimeError when the
         job has exited first, TimeoutError after ``timeout_s``."""
+        return self.until(lambda: next((e for e in self.entries() if predicate(e)), None), timeout_s, what)
 
-        def look():
-            found = next((e for e in self.entries() if predicate(e)), None)
-            if found is None and self.job.poll() is not None:
+    def until(self, look, timeout_s: float, what: str):
+        """``look()`` once it is truthy (polled every 20 ms). Raises RuntimeError when the job has
+        exited first, TimeoutError after ``timeout_s``."""
+
+        def checked():
+            found = look()
+            if not found and self.job.poll() is not None:
                 raise RuntimeError(f"the job exited with {self.job.returncode} before {what}")
             return found
 
-        return wait_for(look, timeout_s, what)
+        return wait_for(checked, timeout_s, what, interval_s=0.02)
 
 
 @dataclass
 class Kill:
-    """One injected fault: what was killed (``pids`` on ``host``), when (wall clock), and the
-    first batch committed after it (``next_commit_s``: kill -> that commit)."""
+    """One injected fault: what was killed (``pids`` on ``host``), when (wall clock), the held
+    read task it hit (``held``: the ``waiting`` markers of its attempts, ``crash_job.py``'s
+    :func:`hold_if_armed`; ``batch``: its micro-batch) and the first batch committed after it
+    (``next_commit_s``: kill -> that commit)."""
 
     fault: str
     at: float
     pids: list[int]
     host: str
+    held: list[dict]
+    batch: int | None
     next_batch: int | None = None
     next_commit_s: float | None = None
 
@@ -203,22 +197,26 @@ class FaultRun:
     seconds: float
 
 
-def run_executor_faults(broker, topic: str, out: Path, folder: Path, python: Path, master: str, *, partitions: int = 8,
+def run_executor_faults(broker, topic: str, out: Path, python: Path, master: str, *, partitions: int = 8,
                         per_partition: int = 20_000, per_batch: int = 32_000, live_rate: int = 200,
-                        env: dict | None = None, timeout_s: float = 600) -> FaultRun:
+                        copy_before_jvm_kill: bool = True, env: dict | None = None,
+                        timeout_s: float = 600) -> FaultRun:
     """The scenario of the module docstring on a fresh ``topic`` of ``partitions`` x
     ``per_partition`` records (20 B values), ``per_batch`` records per backlog batch, ``live_rate``
-    live records/s until the job reaches low latency. The job's output (``job.log``,
-    ``parquet/``, ``checkpoint/``, ``events/``) goes to ``out``. Raises RuntimeError or
-    TimeoutError when a fault could not be injected at its moment (the job ended or never got
-    there); the job's own failure is in the returned exit code. ``folder``: the cluster's
-    (:func:`standalone_cluster`), whose executors' logs show when a task runs."""
+    live records/s until the job reaches low latency. ``copy_before_jvm_kill``: the executor JVM
+    is killed once a speculative copy of its held task is held too (the copy then wins);
+    otherwise as soon as its task is held (Spark runs the task again). The job's output
+    (``job.log``, ``parquet/``, ``checkpoint/``, ``events/``, ``holds/``) goes to ``out``.
+    Raises RuntimeError or TimeoutError when a fault could not be injected at its moment (the
+    job ended or never got there); the job's own failure is in the returned exit code."""
     make_topic(broker, topic, partitions, per_partition=per_partition)
-    (out / "events").mkdir()
+    for folder in ("events", "holds"):
+        (out / folder).mkdir()
     conf = {**SPECULATION, "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
             "spark.eventLog.dir": (out / "events").as_uri()}
     command = [str(python), str(JOB), broker.bootstrap_servers, topic, str(out), "--crash-at", "none",
-               "--backlog-max-offsets-per-trigger", str(per_batch), "--deadline-s", str(timeout_s)]
+               "--backlog-max-offsets-per-trigger", str(per_batch), "--deadline-s", str(timeout_s),
+               "--hold-reads", str(out / "holds")]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += ["--option", f"minPartitions={partitions}"]  # a task a partition: speculation needs several
@@ -232,17 +230,22 @@ def run_executor_faults(broker, topic: str, out: Path, folder: Path, python: Pat
     log, kills = JobLog(out, job), []
     try:
         app_id = log.wait(lambda e: e["what"] == "started", 240, "the query to start")["app_id"]
-        # (a) The second host's executor JVM, while it runs a backlog batch's task.
-        log.wait(lambda e: e["what"] == "batch" and e["batch"] >= 1 and e["backlog"], 240, "a backlog batch to commit")
-        kills.append(_strike("executor JVM", folder, app_id, SECOND_HOST, lambda jvm: [jvm]))
+        log.wait(lambda e: e["what"] == "batch" and e["backlog"], 240, "a backlog batch to commit")
+        # (a) The second host's executor JVM, while it runs a read task of a backlog batch (and,
+        # with copy_before_jvm_kill, while a speculative copy of that task runs on the first host).
+        hosts = {SECOND_HOST, FIRST_HOST} if copy_before_jvm_kill else {SECOND_HOST}
+        held = _hold(out / "holds" / "jvm", SECOND_HOST, hosts, log)
+        jvm = executor_jvms(app_id)[SECOND_HOST][0]
+        _check_held_by(held, SECOND_HOST, descendants(jvm), "the executor JVM")
+        kills.append(_kill("executor JVM", [jvm], SECOND_HOST, held, out / "holds" / "jvm"))
         _await_next_commit(kills[-1], log)
-        # (b) The forked Python workers of the surviving executor, while it runs a task of a later batch.
-        kills.append(_strike("Python workers", folder, app_id, FIRST_HOST, python_workers))
+        # (b) The forked Python workers of the surviving executor, while one of them runs a read task.
+        held = _hold(out / "holds" / "workers", FIRST_HOST, {FIRST_HOST}, log)
+        workers = python_workers(executor_jvms(app_id)[FIRST_HOST][0])
+        _check_held_by(held, FIRST_HOST, workers, "the executor's Python workers")
+        kills.append(_kill("Python workers", workers, FIRST_HOST, held, out / "holds" / "workers"))
         _await_next_commit(kills[-1], log)
-        # The replacement executor's first tasks (a cold Python start) run longer than the
-        # median: copies of them run on the other host. Live records keep batches coming.
-        wait_for(lambda: any(a["speculative"] for a in spark_events(out / "events").attempts), 240,
-                 "a speculative task attempt")
+        # Live records keep batches coming until the backlog is drained and the query has switched.
         log.wait(lambda e: e["what"] == "batch" and e["mode"] == "low-latency", 300, "low latency")
         live.stop()
         job.wait(timeout=timeout_s)
@@ -258,30 +261,38 @@ def run_executor_faults(broker, topic: str, out: Path, folder: Path, python: Pat
                     spark_events(out / "events"), time.time() - started)
 
 
-def _strike(fault: str, folder: Path, app_id: str, host: str, victims) -> Kill:
-    """SIGKILL ``victims(jvm)`` (pids) of ``host``'s executor the first time its log shows a task
-    running (the workers' folders under ``folder``: :func:`standalone_cluster`'s). Raises
-    TimeoutError after 120 s without one."""
-    workers = {FIRST_HOST: "worker-1", SECOND_HOST: "worker-2"}
-
-    def busy():
-        jvm, executor = executor_jvms(app_id).get(host, (None, None))
-        if jvm is None or not running_tasks(folder / workers[host] / app_id / executor / "stderr"):
-            return None
-        return victims(jvm) or None
-
-    pids = wait_for(busy, 120, f"a task on {host} to kill the {fault} in", interval_s=0.02)
-    return _kill(fault, pids, host)
+def held_attempts(hold: Path) -> list[dict]:
+    """The ``waiting`` markers of the attempts the hold ``hold`` holds (or held), oldest first."""
+    markers = [json.loads(p.read_text()) for p in hold.glob("waiting-*.json")]
+    return sorted(markers, key=lambda m: m["attempt"])
 
 
-def _kill(fault: str, pids: list[int], host: str) -> Kill:
+def _hold(hold: Path, host: str, hosts: set[str], log: JobLog) -> list[dict]:
+    """Arm ``hold`` for the next read task on ``host`` and wait until attempts of that task are
+    held on each of ``hosts`` (a second host: a speculative copy). Returns their markers."""
+    hold.mkdir()
+    (hold / "arm").write_text(json.dumps({"host": host}))
+    what = f"a read task held on {host}" + (" and a speculative copy of it" if len(hosts) > 1 else "")
+    return log.until(lambda: (m := held_attempts(hold)) and {a["host"] for a in m} >= hosts and m, 180, what)
+
+
+def _check_held_by(held: list[dict], host: str, pids, what: str) -> None:
+    original = next(m for m in held if m["host"] == host)
+    if original["pid"] not in pids:
+        raise RuntimeError(f"the read task held on {host} (pid {original['pid']}) is not one of {what} ({pids})")
+
+
+def _kill(fault: str, pids: list[int], host: str, held: list[dict], hold: Path) -> Kill:
+    """SIGKILL ``pids``, then release ``hold`` (the other attempts of the held task go on)."""
     at = time.time()
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return Kill(fault, at, pids, host)
+    (hold / "release").touch()
+    batch = held[0]["batch"]
+    return Kill(fault, at, pids, host, held, None if batch is None else int(batch))
 
 
 def _await_next_commit(kill: Kill, log: JobLog) -> None:
