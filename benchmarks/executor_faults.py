@@ -7,8 +7,10 @@ node), and the scenario of ``tests/reliability/cluster_faults.py``: ``start_back
 into Parquet drains ``--partitions`` x ``--per-partition`` records of 20 B at
 ``--per-batch`` records a batch (a task a partition) with ``--live-rate`` live records/s
 arriving and ``spark.speculation`` on, while (a) the second worker's executor JVM is SIGKILLed
-during a backlog batch's tasks and (b) the first executor's forked Python workers are
-SIGKILLed during a later batch's tasks; the query is never touched.
+while its read task of a backlog batch runs (held by the job until the kill; no speculative
+copy is waited for, so Spark runs the task again) and (b) the first executor's forked Python
+workers are SIGKILLed while one of them runs a read task of a later batch; the query is never
+touched.
 
 Figures per round: kill -> the next committed batch, for each fault; kill (a) -> the
 replacement executor registered; speculative task attempts launched and won (the copy
@@ -55,14 +57,16 @@ def round_figures(broker, python: Path, args) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         with standalone_cluster(out, python) as master:
-            run = run_executor_faults(broker, topic, out, out, python, master, partitions=args.partitions,
+            # The JVM is killed as soon as its read task is held: Spark runs the task again, as
+            # it must when no speculative copy happens to be running (the test covers the copy).
+            run = run_executor_faults(broker, topic, out, python, master, partitions=args.partitions,
                                       per_partition=args.per_partition, per_batch=args.per_batch,
-                                      live_rate=args.live_rate)
+                                      live_rate=args.live_rate, copy_before_jvm_kill=False)
         if run.returncode != 0:
             raise RuntimeError(f"the job exited with {run.returncode}: {run.stderr[-3000:]}")
         table = pq.ParquetDataset(committed_parquet_files(out / "parquet")).read(columns=["partition", "offset"])
         pairs = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()))
-        counts = checkpointed_offsets(out / "checkpoint")[-1]["event_counts"]
+        counts = checkpointed_offsets(out / "checkpoint")[-1]["backlog"]["event_counts"]
     expected = sum(log_end_offsets(broker, topic).values())
     [done] = [e for e in run.log if e["what"] == "caught up and stopped"]
     switches = [(t["from_mode"], t["to_mode"]) for t in done["transitions"]]
