@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.jvm_heap import HEAP_SHARE, default_catch_up_bytes, driver_heap_bytes
-from backlog_source.core.settings import ReaderConfig, SourceSettings
+from backlog_source.core.settings import EVENTS_TOPIC_OFF, ReaderConfig, SourceSettings
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.kafka_admin import KafkaAdmin
@@ -67,7 +67,12 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._enumerator is None:
             settings = self._driver_settings()
             client = KafkaAdmin.from_settings(settings)
-            control = ControlTopic(settings, client) if settings.backlog_enabled else None
+            tracking = settings.backlog_enabled and settings.backlog_events_topic is not None
+            control = ControlTopic(settings, client) if tracking else None
+            if settings.backlog_enabled and control is None:
+                log.info("backlog.eventsTopic is %r: no control topic, so partitions leave backlog by their committed "
+                         "positions without executors' confirmations, and catch-up batches are planned from a sample "
+                         "the driver reads", EVENTS_TOPIC_OFF)
             self._enumerator = Enumerator(settings, client, control)
             if settings.backlog_max_bytes_per_trigger is None:
                 log.info("backlog.maxBytesPerTrigger is not set: catch-up batches read about %d MiB (1/%d of the "
@@ -115,10 +120,11 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The splits of the batch ``[start, end)``, planned by the enumerator
         (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
-        offsets, so a replayed batch gets the same splits."""
+        offsets, so a replayed batch reads the same ranges; whether its readers publish control
+        events is the run's decision (:meth:`Enumerator.publishes_events`)."""
         with step_timings.step("driver.partitions"):
             reads = self._decode(end).reads_since(self._decode(start))
-            return plan_splits(reads, self._driver_settings())
+            return plan_splits(reads, self._driver_settings(), publish_events=self.enumerator.publishes_events())
 
     def commit(self, end: dict) -> None:
         pass

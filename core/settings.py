@@ -81,6 +81,21 @@ def _text(raw: Any) -> str:
     return str(raw).strip()
 
 
+#: The value of ``backlog.eventsTopic`` that turns the control topic off, as ``none`` turns off
+#: Kafka's ``compression.type`` and Spark's ``spark.io.compression.codec`` fallbacks.
+EVENTS_TOPIC_OFF = "none"
+
+
+def _events_topic(raw: Any) -> str | None:
+    """A control topic's name, or None for :data:`EVENTS_TOPIC_OFF` (any case)."""
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not text:
+        raise ValueError(f"must be a topic name, or {EVENTS_TOPIC_OFF!r} for no control topic")
+    return None if text.lower() == EVENTS_TOPIC_OFF else text
+
+
 def _topics(raw: Any) -> tuple[str, ...]:
     if isinstance(raw, tuple):
         return raw
@@ -217,11 +232,12 @@ _non_negative = _whole_number(0, "zero or a positive whole number")
 _timestamp = _whole_number(0, "a timestamp in ms since the epoch (>= 0)")
 
 
-def option(name: str | None, parse: Callable[[Any], Any], default: Any = None) -> Any:
+def option(name: str | None, parse: Callable[[Any], Any], default: Any = None, *, none_allowed: bool = False) -> Any:
     """A field of :class:`SourceSettings`: ``name`` is its documented option name (None: the
     field's own name), ``parse`` turns an option's string (or an already typed value) into
-    the field's value or raises ``ValueError("must ...")``."""
-    return field(default=default, metadata={"option": name, "parse": parse})
+    the field's value or raises ``ValueError("must ...")``. ``none_allowed``: None is a value
+    of its own (an option turned off) although the default is not None."""
+    return field(default=default, metadata={"option": name, "parse": parse, "none_allowed": none_allowed})
 
 
 @dataclass(frozen=True)
@@ -229,7 +245,9 @@ class ReaderConfig:
     """What an executor's read needs, and nothing else: it is pickled into every task.
 
     ``events_topic`` is the control topic readers publish BacklogFinishEvents to, or None
-    when backlog tracking is off.
+    when backlog tracking is off or the control topic is (``backlog.eventsTopic=none``). A
+    split says whether its readers publish (``KafkaSplit.publish_events``): the driver turns
+    that off when it may not use the control topic.
     """
 
     kafka: KafkaClientConfig
@@ -290,7 +308,11 @@ class SourceSettings:
     api_timeout_ms: int = option("kafka.default.api.timeout.ms", _positive, 30_000)
 
     backlog_enabled: bool = option("backlog.enabled", _strict_bool, True)
-    backlog_events_topic: str = option("backlog.eventsTopic", _text, "_backlog_events")
+    #: The control topic; None (``backlog.eventsTopic=none``): no control topic, so no executor
+    #: confirmations nor reader-measured sizes (the planner goes on without, as it does when
+    #: the cluster's ACLs refuse this client the topic: ``events/control_topic.py``).
+    backlog_events_topic: str | None = option("backlog.eventsTopic", _events_topic, "_backlog_events",
+                                              none_allowed=True)
     backlog_reenter_lag: int | None = option("backlog.reenterLag", _positive)
     backlog_max_offsets_per_trigger: int | None = option("backlog.maxOffsetsPerTrigger", _positive)
     #: While processing backlog, a batch reads about this many bytes of keys, values and
@@ -321,8 +343,8 @@ class SourceSettings:
         problems = []
         for each in fields(self):
             parse, value = each.metadata.get("parse"), getattr(self, each.name)
-            if parse is None or (value is None and each.default is None):
-                continue  # the kafka field, or an option left unset
+            if parse is None or (value is None and (each.default is None or each.metadata["none_allowed"])):
+                continue  # the kafka field, an option left unset, or one turned off
             if value is None:
                 problems.append(_option_message(_OPTION_OF_FIELD[each.name], "must not be None"))
                 continue

@@ -115,13 +115,17 @@ class Enumerator:
         snapshot_loader: ManifestLoader = load_manifest,
         record_sizes: RecordSizes | None = None,
     ) -> None:
-        """``clock``, ``snapshot_loader`` and ``record_sizes`` are replaced by unit tests only
-        (record sizes are measured with a consumer of the run's own, created on first use)."""
-        if settings.backlog_enabled and control is None:
-            raise ValueError("backlog tracking needs the control topic")
+        """``control`` is the control topic (None: ``backlog.eventsTopic=none``, or backlog
+        tracking off). ``clock``, ``snapshot_loader`` and ``record_sizes`` are replaced by unit
+        tests only (record sizes are measured with a consumer of the run's own, created on
+        first use)."""
         self._settings = settings
         self._client = client
-        self._control = control if settings.backlog_enabled else None  # None: no backlog tracking
+        self._tracking = settings.backlog_enabled
+        # None: no control topic. Tracking never depends on it: the plan and the committed
+        # positions decide every boundary and finish; events only attribute finishes, and size
+        # reports only refine the record sizes a sample gives (ControlTopic.usable).
+        self._control = control if settings.backlog_enabled else None
         self._clock = clock
         self._subscription = Subscription(settings, client)
         self._starting = StartingOffsets(settings, client, snapshot_loader)
@@ -161,10 +165,12 @@ class Enumerator:
         start = self._starting.resolve(buckets)
         positions = start.positions
         source_id = uuid.uuid4().hex
-        if self._control is None:
+        if not self._tracking:
             return SourceOffset(source_id=source_id, positions=positions, snapshot=start.snapshot,
                                 topic_ids=covered.topic_ids, intervals=self._intervals())
-        events_position = self._control.open()  # events written before this query are not ours
+        # Events written before this query are not ours (None: no control topic to read).
+        opened = self._control.open() if self._control is not None else None
+        events_position = opened if opened is not None else 0
         log_end = self._client.latest_offsets(buckets) if buckets else {}
         pending = record_boundaries(positions, log_end, buckets)
         # A bucket with nothing in the log after its snapshot is in backlog until its
@@ -216,6 +222,12 @@ class Enumerator:
         self._available_now_target = self._client.latest_offsets(covered.buckets) if covered.buckets else {}
         self._available_now_topic_ids = covered.topic_ids
 
+    def publishes_events(self) -> bool:
+        """Whether this run's readers publish control events: the query has a control topic
+        and may use it (asked of Kafka on the run's first question, then kept: see
+        :attr:`ControlTopic.usable`). What ``partitions`` tells every split."""
+        return self._control is not None and self._control.usable
+
     def report_latest(self) -> dict[Bucket, int]:
         """The latest offsets seen by the last ``latest_offset`` call (for progress reports)."""
         return dict(self._latest)
@@ -240,14 +252,15 @@ class Enumerator:
         reported = start.plan is not None and start.plan.bytes is not None
         if self._control is not None and (reported or start.backlog.finishing
                                           or any(committed.get(b, -1) >= o for b, o in start.backlog.pending.items())):
-            read = self._control.read_from(start.events_position)
+            read = self._control.read_from(start.events_position)  # nothing when it is not usable
             messages, events_position = read.values, read.next_position
         messages, sizes_read = split_size_reports(messages, start.source_id)
         backlog, finishes = start.backlog.settle(messages, start.source_id, committed)
         boundaries = start.boundaries  # a merge of two dicts: once, not per bucket
+        confirmed = self.publishes_events() if finishes else False
         for bucket, finish in finishes.items():
             how = "its BacklogFinishEvent" if finish.by is FinishedBy.EVENT else (
-                "its committed position (the event was lost or late)")
+                "its committed position (the event was lost or late)" if confirmed else "its committed position")
             log.info("%s finished its backlog (boundary %d), by %s", bucket, boundaries[bucket], how)
         settled = Settled(backlog, finishes, events_position, sizes_read)
         self._settled = (start, settled)
@@ -389,7 +402,7 @@ class Enumerator:
         """Record boundaries for buckets that (re)start, for every lagging bucket on a
         restart, and on re-entry (a lag more than one batch of ``budget`` reads); a recorded
         boundary never moves."""
-        if self._control is None:
+        if not self._tracking:
             return backlog
         backlog = backlog.without(view.gone | view.starts.keys())
         fresh = record_boundaries(view.read_from, view.latest, view.starts)
@@ -504,7 +517,8 @@ class Enumerator:
         events_position = settled.events_position
         if plan.backlog.finishing and self._control is not None:
             # The events of this batch's readers are published after this point.
-            events_position = max(events_position, self._control.log_end())
+            log_end = self._control.log_end()  # None: the run goes on without the control topic
+            events_position = max(events_position, log_end) if log_end is not None else events_position
         return SourceOffset(
             source_id=start.source_id,
             positions=plan.end,

@@ -150,6 +150,11 @@ class OffsetsClient(Protocol):
     def topic_identity(self, topic: str) -> TopicIdentity | None:
         """The topic's id and partition count, or None when it does not exist."""
 
+    def authorized_operations(self, topic: str) -> frozenset[str] | None:
+        """The ACL operations (``READ``, ``WRITE``, ...) Kafka allows this client on ``topic``
+        (KIP-430), or None when Kafka does not say (a broker older than 2.3) or the topic
+        does not exist. Raises :class:`AccessRefusedError` when DESCRIBE is refused."""
+
     def close(self) -> None:
         """Release the client; it may be used again afterwards (it is recreated)."""
 
@@ -512,6 +517,23 @@ class KafkaAdmin:
 
     def topic_identity(self, topic: str) -> TopicIdentity | None:
         return self.describe_topics([topic]).get(topic)
+
+    def authorized_operations(self, topic: str) -> frozenset[str] | None:
+        def request(timeout_s: float) -> frozenset[str] | None:
+            future = self._client().describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                                    request_timeout=timeout_s)[topic]
+            try:
+                operations = future.result(timeout=timeout_s).authorized_operations
+            except KafkaException as exc:
+                if _error_code(exc) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise access_refused(Refusal.TOPIC_AUTHORIZATION, self._kafka, _error_text(exc), topic=topic,
+                                         operation="DESCRIBE") from None
+                if _error_code(exc) in _UNKNOWN_TOPIC:
+                    return None
+                raise
+            return None if operations is None else frozenset(getattr(op, "name", str(op)) for op in operations)
+
+        return self._call(f"asking which operations the ACLs allow on topic {topic!r}", request)
 
     def ensure_topic(self, topic: str, partitions: int) -> None:
         if topic in self.partition_counts([topic]):

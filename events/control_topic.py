@@ -16,7 +16,11 @@ id; its writers and its reader, in one place.
   the source re-creates it (one partition) and goes on, with a warning naming
   ``backlog.eventsTopic``. Publishers never create it
   (``allow.auto.create.topics=false``), so it never comes back with the broker's default
-  partition count behind the driver's back.
+  partition count behind the driver's back. For the same reason a principal that Kafka's
+  ACLs refuse the topic (DESCRIBE, CREATE of a missing one, READ, WRITE) runs the query
+  without it: one warning names the topic, the refused ACL and what granting them adds
+  (:func:`running_without`), and the splits tell readers not to publish
+  (``KafkaSplit.publish_events``). ``backlog.eventsTopic=none`` asks for the same, silently.
 
 Several queries may share one control topic; each ignores the others' events.
 """
@@ -25,10 +29,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -38,12 +41,13 @@ from backlog_source.core.errors import BacklogSourceError, ControlTopicError
 from backlog_source.core.kafka_answers import watermarks
 from backlog_source.core.kafka_config import ClientRole, KafkaClientConfig
 from backlog_source.core.kafka_refusals import AUTHORIZATION_CODES, AccessRefusedError, Refusal, principal
-from backlog_source.core.settings import ReaderConfig, SourceSettings
+from backlog_source.core.settings import EVENTS_TOPIC_OFF, ReaderConfig, SourceSettings
 from backlog_source.core.text_enum import TextEnum
 from backlog_source.events import dedup
 from backlog_source.events.finish_event import BacklogFinishEvent
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONTROL_PARTITION = 0
 #: At most this many control messages per consume() call, each call waiting at most this long.
@@ -54,14 +58,38 @@ def control_topic_refused(topic: str, kafka: KafkaClientConfig, operation: str |
                           detail: str) -> ControlTopicError:
     """The error for an ACL that refuses this client the control topic ``topic``: the cause
     first, then every ACL the control topic needs (``detail``: librdkafka's words, redacted
-    here). The one message for it: the driver raises it, publishers and the driver's reader
-    log it as a warning."""
+    here). Publishers and the driver's reader log it as a warning when a refusal meets them
+    after the driver found the topic usable (an ACL removed while the query runs)."""
     who = principal(kafka)
     return ControlTopicError(
-        f"authorization refused for topic {topic!r}, the control topic (option 'backlog.eventsTopic'): Kafka at "
-        f"{kafka.bootstrap_servers} does not allow {who} {operation or 'access'} on it ({kafka.redact(detail)}). "
-        f"Grant {who} DESCRIBE, READ and WRITE on topic {topic!r}, and CREATE on it unless it is created "
-        f"beforehand (1 partition); or set 'backlog.eventsTopic' to a topic {who} may use"
+        f"{_refusal(topic, kafka, operation, detail)}. {_acls(topic, who)}; or set 'backlog.eventsTopic' to a topic "
+        f"{who} may use"
+    )
+
+
+def _refusal(topic: str, kafka: KafkaClientConfig, operation: str | None, detail: str) -> str:
+    return (f"authorization refused for topic {topic!r}, the control topic (option 'backlog.eventsTopic'): Kafka at "
+            f"{kafka.bootstrap_servers} does not allow {principal(kafka)} {operation or 'access'} on it "
+            f"({kafka.redact(detail)})")
+
+
+def _acls(topic: str, who: str) -> str:
+    return (f"Grant {who} DESCRIBE, READ and WRITE on topic {topic!r}, and CREATE on it unless it is created "
+            "beforehand (1 partition)")
+
+
+def running_without(topic: str, kafka: KafkaClientConfig, operation: str | None, detail: str) -> str:
+    """The one warning of a run whose principal may not use the control topic ``topic``: the
+    refusal (which operation, ``detail`` redacted), what the query does without the topic,
+    what granting its ACLs would add, and how to say that no control topic is wanted."""
+    return (
+        f"{_refusal(topic, kafka, operation, detail)}. The query runs without its control topic, as with "
+        f"'backlog.eventsTopic={EVENTS_TOPIC_OFF}': the driver decides the boundaries, the backlog flag, the budgets, "
+        "the spans, the metrics and the switch as before, but no executor confirms a partition's finish with a "
+        "BacklogFinishEvent (it is taken from the committed position: backlog.finished_by=position), and each "
+        "catch-up batch is planned from a sample of records the driver reads where the batch starts instead of "
+        f"the record sizes the previous batch's readers measured. {_acls(topic, principal(kafka))}, to have both; "
+        f"or set 'backlog.eventsTopic' to {EVENTS_TOPIC_OFF!r} to run without them and without this warning"
     )
 
 
@@ -281,6 +309,9 @@ class ControlTopicAdmin(Protocol):
 
     def topic_identity(self, topic: str) -> TopicIdentity | None: ...
 
+    def authorized_operations(self, topic: str) -> frozenset[str] | None:
+        """The ACL operations Kafka allows this client on ``topic``; None when it does not say."""
+
     def latest_offsets(self, buckets: Iterable[Bucket], known=None) -> dict[Bucket, int]: ...
 
 
@@ -293,51 +324,87 @@ class TopicChange(TextEnum):
 
 
 class ControlTopic:
-    """Opens, checks and reads the control topic named by ``backlog.eventsTopic``."""
+    """Opens, checks and reads the control topic named by ``backlog.eventsTopic``, or goes on
+    without it for the rest of the run once an ACL refuses this client the topic
+    (:attr:`usable`).
+
+    Why going on is safe: the driver decides every boundary and finish by positions; the
+    topic's events only attribute a finish to a reader and refine record sizes (see the
+    module docstring). So a principal granted only what ``format("kafka")`` needs runs the
+    query, with one warning (:func:`running_without`), rather than failing at start."""
 
     def __init__(self, settings: SourceSettings, client: ControlTopicAdmin, reader: ControlTopicReader | None = None) -> None:
+        if settings.backlog_events_topic is None:
+            raise ValueError("no control topic: backlog.eventsTopic is 'none'")
         self._topic = settings.backlog_events_topic
         self._kafka = settings.kafka
         self._client = client
         self._reader = reader or ControlTopicReader(settings.kafka, self._topic, settings.api_timeout_ms)
         self._identity: TopicIdentity | None = None
+        self._opened = False
+        self._refused = False  # an ACL refused this client the topic: the run goes on without it
 
-    def open(self) -> int:
+    @property
+    def usable(self) -> bool:
+        """Whether this run uses the control topic: it is opened (:meth:`open`) on the first
+        question, and once an ACL refused it, it stays unused for the run."""
+        if not self._opened:
+            self.open()
+        return not self._refused
+
+    def open(self) -> int | None:
         """Create the topic if it is missing and return its log end: events written before
-        are not this query's. Raises :class:`~backlog_source.core.errors.ControlTopicError`
-        naming the topic, the option and the ACLs to grant when Kafka's ACLs refuse this
-        client the topic, or naming the option when it cannot be created; a refused
+        are not this query's. None when an ACL refuses this client the topic (DESCRIBE, CREATE
+        of a missing topic, or READ or WRITE by the operations Kafka says it allows): the run
+        goes on without it, said once as a warning. Raises
+        :class:`~backlog_source.core.errors.ControlTopicError` naming the option when Kafka
+        will not create it for another reason (a policy, too few brokers); a refused
         connection (authentication, TLS) is raised as the client raised it."""
-        with self._refusals():
-            self._client.ensure_topic(self._topic, 1)
-            self._identity = self._client.topic_identity(self._topic)
-            if self._identity is not None:
-                self._warn_if_partitioned(self._identity)
-            return self._latest()
+        self._opened = True
+        return self._attempt(self._open)
 
-    def log_end(self) -> int:
-        """The control topic's log end, after :meth:`_check` (re-created: 0)."""
-        with self._refusals():
-            self._check()
-            return self._latest()
+    def _open(self) -> int | None:
+        self._client.ensure_topic(self._topic, 1)
+        self._identity = self._client.topic_identity(self._topic)
+        if self._identity is not None:
+            self._warn_if_partitioned(self._identity)
+        operations = self._client.authorized_operations(self._topic)
+        missing = [op for op in ("READ", "WRITE") if operations is not None and op not in operations]
+        if missing:
+            self._go_without(" and ".join(missing), "not among the operations Kafka authorizes for this client")
+            return None
+        return self._latest()
 
-    @contextmanager
-    def _refusals(self) -> Iterator[None]:
-        """An ACL refusal met while asking about the control topic is one on the control topic:
-        said so, with the ACLs it needs, instead of as a refusal of a topic the user subscribed.
-        A topic Kafka would not create is the control topic: said so, with its option."""
+    def log_end(self) -> int | None:
+        """The control topic's log end, after :meth:`_check` (re-created: 0); None when the
+        run goes on without the topic."""
+        if not self.usable:
+            return None
+        return self._attempt(lambda: (self._check(), self._latest())[1])
+
+    def _attempt(self, call: Callable[[], T]) -> T | None:
+        """``call()``, or None once an ACL refused this client the control topic (now or
+        before). A topic Kafka would not create is the control topic: raised, with its option.
+        Any other refusal (authentication, TLS, another topic) is raised as it came."""
+        if self._refused:
+            return None
         try:
-            yield
+            return call()
         except TopicNotCreatedError as failed:
             raise ControlTopicError(
                 f"cannot create the control topic {failed.topic!r} (option 'backlog.eventsTopic'): "
-                f"{failed.detail}. Create it beforehand with 1 partition, or point "
-                "'backlog.eventsTopic' at a topic that exists"
+                f"{failed.detail}. Create it beforehand with 1 partition, point 'backlog.eventsTopic' at a topic "
+                f"that exists, or set it to {EVENTS_TOPIC_OFF!r} to run without a control topic"
             ) from None
         except AccessRefusedError as refused:
             if refused.refusal is Refusal.TOPIC_AUTHORIZATION and refused.topic in (None, self._topic):
-                raise control_topic_refused(self._topic, self._kafka, refused.operation, refused.detail) from None
+                self._go_without(refused.operation, refused.detail)
+                return None
             raise
+
+    def _go_without(self, operation: str | None, detail: str) -> None:
+        self._refused = True
+        log.warning("%s", running_without(self._topic, self._kafka, operation, detail))
 
     def _latest(self) -> int:
         bucket = Bucket(self._topic, CONTROL_PARTITION)
@@ -346,9 +413,10 @@ class ControlTopic:
     def read_from(self, position: int) -> ControlMessages:
         """The messages since ``position``, after checking the topic is still the one this
         run read: a missing topic is re-created and yields nothing; a re-created one is read
-        from its start."""
-        with self._refusals():
-            change = self._check()
+        from its start. Nothing when the run goes on without the topic."""
+        change = self._attempt(self._check) if self.usable else None
+        if change is None:
+            return ControlMessages([], position)
         if change is TopicChange.RECREATED_HERE:
             return ControlMessages([], 0)
         return self._reader.read_from(0 if change is TopicChange.RECREATED else position)

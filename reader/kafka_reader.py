@@ -144,6 +144,8 @@ def read_split(
     source, bucket and boundary) before the batch that reached the boundary is handed over,
     so the event is on the control topic before the task ends. A publish that fails is
     logged, not raised: the driver finishes the bucket by its committed position anyway.
+    Nothing is published when ``config`` has no control topic or the split says its
+    readers do not publish (``KafkaSplit.publish_events``).
     A split with ``report_sizes`` publishes a RecordSizesReport (per topic, the bytes read
     and the offsets they spanned) once its last range is read, before its last batch is
     handed over.
@@ -163,10 +165,12 @@ def read_split(
     ranges = [r for r in split.ranges if r.end > r.start]
     if not ranges:
         return
-    tracking = config.events_topic is not None
-    spans = {r.bucket: s for r in ranges if tracking and (s := ReadSpan.begin(r, split.source_id)) is not None}
-    reported: set[Bucket] = set()
-    sizes = _SizesRead(split.source_id, ranges) if tracking and split.report_sizes else None
+    # Control events only where the query has a control topic and the driver found it may
+    # use it (the split says so); spans follow the ranges' trace context either way.
+    publishing = config.events_topic is not None and split.publish_events
+    spans = {r.bucket: s for r in ranges if (s := ReadSpan.begin(r, split.source_id)) is not None}
+    reached: set[Bucket] = set()
+    sizes = _SizesRead(split.source_id, ranges) if publishing and split.report_sizes else None
     sized = ({} if "max.partition.fetch.bytes" in config.kafka.params
              else {"max.partition.fetch.bytes": fetch_bytes(ranges, split.bytes_per_offset)})
     settings = config.kafka.librdkafka(ClientRole.READER, **sized)
@@ -181,12 +185,13 @@ def read_split(
                 for bucket in moved:  # only the ranges that moved: a task may read ten thousand
                     r = by_bucket[bucket]
                     position = positions[bucket]
-                    if tracking and r.crosses_boundary and position >= r.boundary and r.bucket not in reported:
-                        reported.add(r.bucket)
+                    if r.crosses_boundary and position >= r.boundary and r.bucket not in reached:
+                        reached.add(r.bucket)
                         span = spans.get(r.bucket)
                         if span is not None:
                             span.boundary_reached(position)
-                        _report_finish(r, r.boundary, split.source_id, config, position, publish_event, span)
+                        if publishing:
+                            _report_finish(r, r.boundary, split.source_id, config, position, publish_event, span)
                     if position >= r.end and r.bucket in spans:
                         # Export before handing over the range's last batch: once Spark
                         # has it, the task may end and the worker may be reused or killed.

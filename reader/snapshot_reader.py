@@ -31,7 +31,8 @@ def read_snapshot_split(
     publish_event: Callable[[ReaderConfig, BacklogFinishEvent], bool] = publish,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the snapshot's rows; when the snapshot is the bucket's whole backlog, publish
-    its BacklogFinishEvent (once per worker) after the last row. Raises
+    its BacklogFinishEvent (once per worker) after the last row, unless there is no control
+    topic or the split's readers do not publish (``SnapshotSplit.publish_events``). Raises
     :class:`SnapshotError` naming a missing file."""
     fs, root = pafs.FileSystem.from_uri(split.root)
     schema = arrow_schema(config.include_headers)
@@ -46,7 +47,8 @@ def read_snapshot_split(
         with source:
             for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS):
                 yield _conform(batch, schema)
-    if config.events_topic is not None and split.finishes_backlog and split.boundary is not None:
+    publishing = config.events_topic is not None and split.publish_events
+    if publishing and split.finishes_backlog and split.boundary is not None:
         event = BacklogFinishEvent(
             source_id=split.source_id, topic=split.topic, partition=split.partition,
             boundary_offset=split.boundary, reached_offset=split.log_offset,

@@ -50,7 +50,8 @@ class BatchReads:
 TASK_BYTES = 32 << 20
 
 
-def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit | SnapshotSplit]:
+def plan_splits(reads: BatchReads, settings: SourceSettings, *,
+                publish_events: bool = True) -> list[KafkaSplit | SnapshotSplit]:
     """The batch as splits: log ranges cut as Spark's Kafka source cuts them
     (``minPartitions``, ``maxRecordsPerPartition``), small ones packed into shared tasks,
     then one :class:`SnapshotSplit` per bucket whose snapshot this batch reads.
@@ -58,7 +59,8 @@ def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit 
     A range carries its bucket's boundary while the bucket is pending or this batch reaches
     it, and the bucket span's trace context while the backlog phase is open. Small ranges
     share a task up to 40,000 records, and up to :data:`TASK_BYTES` when the batch's record
-    sizes are known.
+    sizes are known. ``publish_events``: whether the splits' readers publish control events
+    (the driver's decision for the run, ``KafkaSplit.publish_events``); it changes no read.
     """
     ranges = [
         replace(r, boundary=reads.boundaries.get(r.bucket), traceparent=reads.traceparents.get(r.bucket))
@@ -72,13 +74,13 @@ def plan_splits(reads: BatchReads, settings: SourceSettings) -> list[KafkaSplit 
     # A batch planned with measured sizes is a catch-up batch under a budget: its readers
     # report what they read (KafkaSplit.report_sizes), so the next batch is planned from all
     # of it, not a sample.
-    splits: list[KafkaSplit | SnapshotSplit] = [KafkaSplit(tuple(task), reads.source_id, reads.bytes_per_offset)
-                                                for task in tasks]
+    splits: list[KafkaSplit | SnapshotSplit] = [
+        KafkaSplit(tuple(task), reads.source_id, reads.bytes_per_offset, publish_events) for task in tasks]
     return splits + [
         SnapshotSplit(
             topic=s.bucket.topic, partition=s.bucket.partition, root=s.root, files=s.files, log_offset=s.log_offset,
             boundary=reads.boundaries.get(s.bucket), source_id=reads.source_id,
-            traceparent=reads.traceparents.get(s.bucket),
+            traceparent=reads.traceparents.get(s.bucket), publish_events=publish_events,
         )
         for s in reads.snapshots
     ]

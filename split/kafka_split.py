@@ -64,11 +64,14 @@ class KafkaSplit(InputPartition):
     ``bytes_per_offset``: the bytes per offset the batch was planned with (measured before
     it), set only for a catch-up batch planned under a byte or time budget; None otherwise.
     The reader sizes its fetches by it, and such a batch reports what it read
-    (:attr:`report_sizes`)."""
+    (:attr:`report_sizes`). ``publish_events``: whether the task publishes control events
+    (BacklogFinishEvents, RecordSizesReports); False when the driver found that this query
+    may not use the control topic, so no task tries a write the cluster refuses."""
 
     ranges: tuple[KafkaRange, ...]
     source_id: str = ""
     bytes_per_offset: float | None = None
+    publish_events: bool = True
 
     def __post_init__(self) -> None:
         buckets = [r.bucket for r in self.ranges]
@@ -81,9 +84,10 @@ class KafkaSplit(InputPartition):
 
     @property
     def report_sizes(self) -> bool:
-        """True for a catch-up batch planned under a budget: its task publishes what it read
-        (``events/sizes_report.py``), and the next batch is planned from all of it."""
-        return self.bytes_per_offset is not None
+        """True for a catch-up batch planned under a budget whose tasks publish: its task
+        publishes what it read (``events/sizes_report.py``), and the next batch is planned
+        from all of it."""
+        return self.bytes_per_offset is not None and self.publish_events
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,8 @@ class SnapshotSplit(InputPartition):
 
     ``boundary`` is the bucket's backlog boundary when the batch was planned, or None; when
     it is <= ``log_offset`` the snapshot is the bucket's whole backlog, and the reader that
-    read it reports the bucket finished.
+    read it reports the bucket finished, unless ``publish_events`` is False (as in
+    :class:`KafkaSplit`).
     """
 
     topic: str
@@ -104,6 +109,7 @@ class SnapshotSplit(InputPartition):
     boundary: int | None = None
     source_id: str = ""
     traceparent: str | None = None
+    publish_events: bool = True
 
     @property
     def bucket(self) -> Bucket:

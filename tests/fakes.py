@@ -43,6 +43,8 @@ class FakeOffsetsClient:
     audited_against: list[dict[Bucket, int] | None] = field(default_factory=list)  # latest_offsets(known=...)
     created: list[str] = field(default_factory=list)
     topic_ids: dict[str, str] = field(default_factory=dict)
+    #: The ACL operations a topic allows this client (KIP-430); a topic not here: Kafka does not say.
+    operations: dict[str, frozenset[str]] = field(default_factory=dict)
     closed: int = 0
 
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
@@ -90,6 +92,10 @@ class FakeOffsetsClient:
         if topic not in self.topics:
             return None
         return TopicIdentity(self.topic_ids.setdefault(topic, f"{topic}-0"), len(self.topics[topic]))
+
+    def authorized_operations(self, topic: str) -> frozenset[str] | None:
+        self.calls.append("authorized_operations")
+        return self.operations.get(topic) if topic in self.topics else None
 
     def delete(self, topic: str) -> None:
         del self.topics[topic]
@@ -149,21 +155,31 @@ class FakeClock:
 
 class FakeControlTopic:
     """``events.control_topic.ControlTopic`` as a list of message values; ``reads`` counts
-    read_from calls (each one a request to the broker in real life)."""
+    read_from calls (each one a request to the broker in real life). ``refused``: an ACL
+    refuses this client the topic, so the run goes on without it (``usable`` is False)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refused: bool = False) -> None:
         self.values: list[bytes | None] = []
         self.reads = 0
         self.opened = 0
+        self.refused = refused
 
-    def open(self) -> int:
+    @property
+    def usable(self) -> bool:
+        if not self.opened:
+            self.open()
+        return not self.refused
+
+    def open(self) -> int | None:
         self.opened += 1
-        return len(self.values)
+        return None if self.refused else len(self.values)
 
-    def log_end(self) -> int:
-        return len(self.values)
+    def log_end(self) -> int | None:
+        return None if self.refused else len(self.values)
 
     def read_from(self, position: int) -> ControlMessages:
+        if self.refused:
+            return ControlMessages([], position)
         self.reads += 1
         return ControlMessages(list(self.values[position:]), max(position, len(self.values)))
 
@@ -751,7 +767,7 @@ class FakeAdmin:
     def list_offsets(self, topic_partition_offsets, isolation_level, request_timeout):
         return self._next("list_offsets", request_timeout, topic_partition_offsets)
 
-    def describe_topics(self, topics, request_timeout):
+    def describe_topics(self, topics, request_timeout, include_authorized_operations=False):
         return self._next("describe_topics", request_timeout, topics)
 
     def list_topics(self, timeout):

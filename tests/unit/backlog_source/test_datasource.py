@@ -14,19 +14,32 @@ from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.state import BacklogState, SourceOffset
 from backlog_source.split.batch_splits import plan_splits
 from backlog_source.split.kafka_split import KafkaSplit
+from backlog_source.enumerator.enumerator import Enumerator
+from tests.fakes import FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
 SETTINGS = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxRecordsPerPartition": "50"})
 
 
-def test_partitions_translates_spark_offsets_to_the_enumerators_splits():
+def reader_over_fakes(control: FakeControlTopic) -> BacklogStreamReader:
+    reader = BacklogStreamReader(SETTINGS)
+    reader._enumerator = Enumerator(SETTINGS, FakeOffsetsClient(topics={"a": [(0, 120)]}), control,
+                                    record_sizes=FakeRecordSizes())
+    return reader
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_partitions_translates_spark_offsets_to_the_enumerators_splits(refused):
     # The planning itself is tested in tests/unit/split/test_batch_splits.py.
     start = SourceOffset("x", {A0: 0})
     end = SourceOffset("x", {A0: 120}, backlog=BacklogState(pending={A0: 120}))
-    reader = BacklogStreamReader(SETTINGS)
+    reader = reader_over_fakes(FakeControlTopic(refused=refused))
     splits = reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
-    assert splits == plan_splits(end.reads_since(start), SETTINGS) == reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
+    planned = plan_splits(end.reads_since(start), SETTINGS, publish_events=not refused)
+    assert splits == planned == reader.partitions(offset_codec.encode(start), offset_codec.encode(end))
     assert all(isinstance(s, KafkaSplit) for s in splits) and sum(s.records for s in splits) == 120
+    # The run's decision on the control topic reaches every task (a replayed batch asks it first).
+    assert {s.publish_events for s in splits} == {not refused}
 
 
 def test_reader_pickles_without_clients():

@@ -99,7 +99,7 @@ def test_all_options_parse():
         ({**BASE, "kafka.interceptor.classes": "x"}, "interceptors can make the source misbehave"),
         ({**BASE, "kafka.isolation.level": "serializable"}, "must be 'read_uncommitted' or 'read_committed'"),
         ({**BASE, "subscibe": "x"}, "unknown option 'subscibe'"),
-        ({**BASE, "backlog.eventsTopic": "  "}, "option 'backlog.eventsTopic' must not be empty"),
+        ({**BASE, "backlog.eventsTopic": "  "}, "option 'backlog.eventsTopic' must be a topic name, or 'none' for no control topic"),
         ({**BASE, "backlog.reenterLag": "-5"}, "option 'backlog.reenterLag' must be a positive"),
         ({**BASE, "kafka.sasl.jaas.config": "nonsense"}, "option 'kafka.sasl.jaas.config' must be one login module entry"),
     ],
@@ -216,6 +216,17 @@ def test_settings_built_directly_refuse_none_for_an_option_with_a_default():
     with pytest.raises(ConfigError, match="option 'failOnDataLoss' must not be None"):
         dataclasses.replace(settings, fail_on_data_loss=None)
     assert dataclasses.replace(settings, max_offsets_per_trigger="7").max_offsets_per_trigger == 7
+
+
+@pytest.mark.parametrize("off", ["none", "NONE", " None "])
+def test_backlog_events_topic_none_turns_the_control_topic_off_and_survives_a_copy(off):
+    """Issue 48: a cluster where writing is not wanted needs no refusal first."""
+    settings = parse_options({**BASE, "backlog.eventsTopic": off})
+    assert settings.backlog_events_topic is None and settings.backlog_enabled
+    assert settings.reader_config.events_topic is None
+    assert dataclasses.replace(settings, max_offsets_per_trigger=7).backlog_events_topic is None
+    assert pickle.loads(pickle.dumps(settings)).backlog_events_topic is None
+    assert parse_options({**BASE, "backlog.eventsTopic": "nonesuch"}).backlog_events_topic == "nonesuch"
 
 
 # -- the order problems are reported in: Spark's KafkaSourceProvider -------------------------

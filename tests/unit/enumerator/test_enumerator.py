@@ -619,3 +619,56 @@ def test_ten_thousand_partitions_cost_a_few_requests_per_batch_and_no_per_bucket
     calls = len(client.calls)
     assert enumerator.latest_offset(start, budget) is start  # caught up: nothing to read
     assert client.calls[calls:] == ["topic_names", "describe_topics", "latest_offsets"]
+
+
+# -- without a control topic: refused by the cluster's ACLs, or backlog.eventsTopic=none (issue 48)
+
+def without_control_topic(how):
+    """A new query at the earliest offsets of 20,000 records of 1,000 bytes per partition, with
+    a 4 MiB byte budget, whose control topic an ACL refuses (``refused``) or is off (``none``)."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0", "backlog.maxBytesPerTrigger": "4m",
+                              **({"backlog.eventsTopic": "none"} if how == "none" else {})})
+    control = FakeControlTopic(refused=True) if how == "refused" else None
+    client = FakeOffsetsClient(topics={"a": [(0, 20_000), (0, 20_000)]})
+    sizes = FakeRecordSizes(default=1_000.0)
+    enumerator = Enumerator(settings, client, control, clock=FakeClock(), record_sizes=sizes)
+    return enumerator, control, sizes, ReadBudget.from_settings(settings)
+
+
+@pytest.mark.parametrize("how", ["refused", "none"])
+def test_without_a_control_topic_the_backlog_is_tracked_and_each_catch_up_batch_planned_from_a_sample(how):
+    """Everything the driver decides works without the control topic: the boundaries, the
+    backlog flag, the byte budget (each batch sampled where it starts, since no reader reports
+    what it read), and the finish by committed position."""
+    enumerator, control, sizes, budget = without_control_topic(how)
+    client = enumerator._client
+    offset = enumerator.initial_offset()
+    assert offset.backlog.pending == {A0: 20_000, A1: 20_000} and offset.events_position == 0
+    assert enumerator.publishes_events() is False
+    starts, reads = [], []
+    while (end := enumerator.latest_offset(offset, budget)) != offset:
+        starts.append(dict(offset.positions))
+        reads.append(sum(end.positions.values()) - sum(offset.positions.values()))
+        offset = offset_codec.decode(offset_codec.encode(end))  # each through the checkpoint
+    assert len(reads) >= 9 and all(read * 1_000 <= 4 * MIB + 2 * 1_000 for read in reads)  # 40 MB, 4 MiB a batch
+    assert sizes.asked == starts[:len(sizes.asked)] and len(sizes.asked) >= len(reads) - 1
+    assert offset.positions == {A0: 20_000, A1: 20_000} and not offset.processing_backlog
+    client.append("a", 0, 1)  # the next batch carries how the last one's buckets left backlog
+    after = enumerator.latest_offset(offset, budget)
+    assert after.backlog.pending == {} and after.backlog.event_counts.counts == {"finished_by_position": 2}
+    if control is not None:
+        assert control.opened == 1 and control.reads == 0
+
+
+def test_a_restarted_run_asks_once_whether_it_may_use_the_control_topic_and_plans_without_it():
+    enumerator, _, _, budget = without_control_topic("none")
+    first = enumerator.latest_offset(enumerator.initial_offset(), budget)
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.minPollIntervalMs": "0",
+                              "backlog.maxBytesPerTrigger": "4m"})
+    control = FakeControlTopic(refused=True)
+    restarted = Enumerator(settings, FakeOffsetsClient(topics={"a": [(0, 20_000), (0, 20_000)]}), control,
+                           clock=FakeClock(), record_sizes=FakeRecordSizes(default=1_000.0))
+    second = restarted.latest_offset(offset_codec.decode(offset_codec.encode(first)), budget)
+    assert second.processing_backlog and sum(second.positions.values()) > sum(first.positions.values())
+    assert restarted.publishes_events() is False and control.opened == 1 and control.reads == 0

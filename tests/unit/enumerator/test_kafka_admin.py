@@ -466,3 +466,28 @@ def test_the_admin_client_is_created_once_and_kept_across_calls():
     assert offsets_client.latest_offsets([A0]) == {A0: 1}
     assert offsets_client.latest_offsets([A0]) == {A0: 2}
     assert len(made) == 1 and made[0]["client.id"] == "backlog-source-admin"
+
+
+def test_authorized_operations_are_what_kafka_says_its_acls_allow_on_the_topic():
+    """KIP-430: asked with the description; None where Kafka does not say or the topic is missing."""
+    from confluent_kafka.admin import AclOperation
+
+    def allowing(operations):
+        return lambda topics: {name: future(SimpleNamespace(authorized_operations=operations))
+                               for name in topics.topic_names}
+
+    offsets_client, _, _ = client([allowing([AclOperation.DESCRIBE, AclOperation.READ]), allowing(None),
+                                   describe({})])
+    assert offsets_client.authorized_operations("_events") == frozenset({"DESCRIBE", "READ"})
+    assert offsets_client.authorized_operations("_events") is None
+    assert offsets_client.authorized_operations("_events") is None
+
+
+def test_authorized_operations_of_a_topic_this_client_may_not_describe_is_a_describe_refusal():
+    denied = failed(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"Broker: Topic authorization failed {SECRET}")
+    offsets_client, _, _ = client([lambda topics: {name: future(error=denied) for name in topics.topic_names}])
+    with pytest.raises(AccessRefusedError) as raised:
+        offsets_client.authorized_operations("_events")
+    error = raised.value
+    assert (error.refusal, error.topic, error.operation) == (Refusal.TOPIC_AUTHORIZATION, "_events", "DESCRIBE")
+    assert SECRET not in str(error)

@@ -18,6 +18,7 @@ from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal, access_refused
 from backlog_source.core.settings import parse_options
 from backlog_source.events.control_topic import (
+    ControlMessages,
     ControlTopic,
     ControlTopicReader,
     ProducerPool,
@@ -209,13 +210,13 @@ def test_a_topic_with_several_partitions_is_used_but_warned_about(caplog):
     assert reader.reads == [0] and "partition 0 only" not in caplog.text  # said once, not at every read
 
 
-# -- refused by Kafka's ACLs: the control topic's errors name it, the option and every ACL
+# -- refused by Kafka's ACLs: the run goes on without the control topic, and says so once
 
 SECURED = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "_events",
                          "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256",
                          "kafka.sasl.username": "ingest", "kafka.sasl.password": SECRET})
 CONTROL_TOPIC_ACLS = ("Grant principal User:ingest DESCRIBE, READ and WRITE on topic '_events', and CREATE on it "
-                      "unless it is created beforehand (1 partition); or set 'backlog.eventsTopic'")
+                      "unless it is created beforehand (1 partition)")
 
 
 class RefusingClient(FakeOffsetsClient):
@@ -226,9 +227,11 @@ class RefusingClient(FakeOffsetsClient):
         self.error = error
 
     def ensure_topic(self, topic, partitions):
+        self.calls.append("ensure_topic")
         raise self.error
 
     def topic_identity(self, topic):
+        self.calls.append("topic_identity")
         raise self.error
 
 
@@ -253,37 +256,100 @@ def test_a_control_topic_kafka_will_not_create_is_named_with_its_option_at_open_
             step()
         assert str(raised.value) == (
             "cannot create the control topic '_events' (option 'backlog.eventsTopic'): Broker: Policy violation. "
-            "Create it beforehand with 1 partition, or point 'backlog.eventsTopic' at a topic that exists")
+            "Create it beforehand with 1 partition, point 'backlog.eventsTopic' at a topic that exists, or set it "
+            "to 'none' to run without a control topic")
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def assert_runs_without(control: ControlTopic, client: FakeOffsetsClient, caplog, operation: str) -> None:
+    """``control`` was refused: one warning naming the topic, the refused operation, every ACL
+    and what they add, no secret; then no request and no warning more, whatever is asked."""
+    (warning,) = warnings_of(caplog)
+    assert warning.startswith("authorization refused for topic '_events', the control topic (option "
+                              f"'backlog.eventsTopic'): Kafka at h:1 does not allow principal User:ingest {operation} "
+                              "on it"), warning
+    assert "The query runs without its control topic" in warning and "BacklogFinishEvent" in warning
+    assert "sample of records the driver reads" in warning and CONTROL_TOPIC_ACLS in warning
+    assert "set 'backlog.eventsTopic' to 'none'" in warning
+    assert SECRET not in warning and "subscribed" not in warning
+    asked = list(client.calls)
+    reader = control._reader
+    assert control.usable is False and control.log_end() is None
+    assert control.read_from(7) == ControlMessages([], 7)
+    assert client.calls == asked and reader.reads == [] and len(warnings_of(caplog)) == 1
 
 
 @pytest.mark.parametrize("operation", ["DESCRIBE", "CREATE"])
-def test_an_acl_refusing_the_control_topic_names_it_the_option_and_every_acl_it_needs(operation):
-    """Issue 46: a principal with READ and DESCRIBE on its topic only failed at start with
-    "refused describing the subscribed topics", though the subscribed topic was describable."""
-    control = ControlTopic(SECURED, RefusingClient(refused(operation=operation)), RecordingControlReader())
-    with pytest.raises(ControlTopicError) as raised:
-        control.open()
-    message = str(raised.value)
-    assert message.startswith("authorization refused for topic '_events', the control topic (option "
-                              f"'backlog.eventsTopic'): Kafka at h:1 does not allow principal User:ingest {operation} on it")
-    assert CONTROL_TOPIC_ACLS in message and "subscribed" not in message
-    assert SECRET not in message
+def test_an_acl_refusing_the_control_topic_lets_the_run_go_on_without_it_saying_so_once(operation, caplog):
+    """Issue 48: a principal with what ``format("kafka")`` needs (READ and DESCRIBE on its
+    topic) and nothing on the control topic runs the query; it failed at start."""
+    client = RefusingClient(refused(operation=operation))
+    control = ControlTopic(SECURED, client, RecordingControlReader())
+    with caplog.at_level(logging.WARNING):
+        assert control.open() is None
+        assert_runs_without(control, client, caplog, operation)
 
 
-def test_a_refusal_without_a_topic_name_met_on_the_control_topic_is_one_on_it():
-    control = ControlTopic(SECURED, RefusingClient(refused(topic=None)), RecordingControlReader())
-    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
-        control.open()
+@pytest.mark.parametrize("allowed, missing", [({"DESCRIBE", "READ"}, "WRITE"), ({"DESCRIBE", "WRITE"}, "READ"),
+                                              ({"DESCRIBE"}, "READ and WRITE")])
+def test_a_topic_the_acls_let_this_client_describe_but_not_read_or_write_is_not_used(allowed, missing, caplog):
+    """Kafka says which operations its ACLs allow (KIP-430): a topic readers could not write
+    to, or the driver not read, is found at open, before any task tries."""
+    client = FakeOffsetsClient(topics={"a": [(0, 10)], "_events": [(0, 3)]}, operations={"_events": frozenset(allowed)})
+    control = ControlTopic(SECURED, client, RecordingControlReader())
+    with caplog.at_level(logging.WARNING):
+        assert control.open() is None
+        assert_runs_without(control, client, caplog, missing)
 
 
-def test_the_control_topic_refused_later_says_so_too():
-    control = ControlTopic(SECURED, FakeOffsetsClient(topics={"a": [(0, 10)]}), RecordingControlReader())
-    control.open()
-    control._client = RefusingClient(refused())  # the ACL removed while the query runs
-    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
-        control.log_end()
-    with pytest.raises(ControlTopicError, match="'_events', the control topic"):
-        control.read_from(0)
+@pytest.mark.parametrize("operations", [None, frozenset({"DESCRIBE", "READ", "WRITE", "CREATE"})])
+def test_a_topic_the_acls_allow_or_a_broker_that_does_not_say_is_used(operations, caplog):
+    client = FakeOffsetsClient(topics={"a": [(0, 10)], "_events": [(0, 3)]},
+                               operations={} if operations is None else {"_events": operations})
+    control = ControlTopic(SECURED, client, RecordingControlReader([b"e0", b"e1", b"e2"]))
+    with caplog.at_level(logging.WARNING):
+        assert control.open() == 3 and control.usable
+        assert control.read_from(1).values == [b"e1", b"e2"]
+    assert warnings_of(caplog) == []
+
+
+def test_usable_opens_the_topic_on_the_first_question_of_a_restarted_run(caplog):
+    """A restart plans from its checkpoint without open(): the first question decides."""
+    client = RefusingClient(refused())
+    control = ControlTopic(SECURED, client, RecordingControlReader())
+    with caplog.at_level(logging.WARNING):
+        assert control.usable is False
+        assert_runs_without(control, client, caplog, "DESCRIBE")
+    assert client.calls.count("ensure_topic") == 1
+
+
+def test_a_refusal_without_a_topic_name_met_on_the_control_topic_is_one_on_it(caplog):
+    client = RefusingClient(refused(topic=None))
+    control = ControlTopic(SECURED, client, RecordingControlReader())
+    with caplog.at_level(logging.WARNING):
+        assert control.open() is None
+        assert_runs_without(control, client, caplog, "DESCRIBE")
+
+
+def test_the_control_topic_refused_later_is_given_up_for_the_rest_of_the_run(caplog):
+    client = FakeOffsetsClient(topics={"a": [(0, 10)]})
+    control = ControlTopic(SECURED, client, RecordingControlReader())
+    assert control.open() == 0
+    refusing = RefusingClient(refused())
+    control._client = refusing  # the ACL removed while the query runs
+    with caplog.at_level(logging.WARNING):
+        assert control.log_end() is None
+        assert_runs_without(control, refusing, caplog, "DESCRIBE")
+
+
+def test_backlog_events_topic_none_is_no_control_topic_and_builds_none():
+    off = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.eventsTopic": "None"})
+    assert off.backlog_events_topic is None and off.reader_config.events_topic is None
+    with pytest.raises(ValueError, match="'none'"):
+        ControlTopic(off, FakeOffsetsClient(), RecordingControlReader())
 
 
 @pytest.mark.parametrize("error", [refused(Refusal.AUTHENTICATION, topic=None, operation=None),

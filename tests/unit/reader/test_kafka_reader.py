@@ -3,6 +3,8 @@ several ranges per task; Spark's values for headers and timestamps; one BacklogF
 when the position passes a range's boundary, and the read span; a catch-up split's report of
 the bytes it read."""
 
+from dataclasses import replace
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -524,3 +526,26 @@ def test_a_task_of_ten_thousand_small_ranges_costs_what_each_step_moved_not_ever
     batches = read(s, consumer)
     assert sum(b.num_rows for b in batches) == 30_000 and len(consumer.paused) == 10_000
     assert _CountedRange.asked <= 5 * len(ranges)
+
+
+# ----------------------------------------------------------------------- a split whose readers do not publish
+
+
+def test_a_split_the_driver_marked_not_to_publish_publishes_nothing_and_still_exports_its_read_span(otel_env,
+                                                                                                   receiver):
+    """The driver found the control topic refused (or off): a task tries no write the cluster
+    would refuse, neither the finish event nor the size report, and its span is unchanged."""
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    published = []
+    silent = KafkaSplit((KafkaRange("t", 7, 0, 4, 3, BUCKET_SPAN),), "src-silent", bytes_per_offset=100.0,
+                        publish_events=False)
+    batches = read_split(silent, SETTINGS, pool=ConsumerPool(consumer_of([[Msg(0), Msg(1)], [Msg(2), Msg(3)]], 7),
+                                                            capacity=0),
+                         publish_event=lambda settings, event: published.append(event) or True)
+    assert offsets_read(list(batches)) == [0, 1, 2, 3]
+    assert published == []
+    [span] = receiver.spans
+    assert span["name"] == "backlog.read" and [e["name"] for e in span["events"]] == ["backlog.boundary_reached"]
+    # The same split marked to publish: its finish event and its size report.
+    run(replace(silent, publish_events=True), [[Msg(0), Msg(1)], [Msg(2), Msg(3)]], published)
+    assert sorted(type(e).__name__ for e in published) == ["BacklogFinishEvent", "RecordSizesReport"]

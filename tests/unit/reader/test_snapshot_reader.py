@@ -30,3 +30,15 @@ def test_a_missing_file_names_the_file_and_the_bucket(tmp_path):
     config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"}).reader_config
     with pytest.raises(SnapshotError, match="snapshot file data/x/part-0.parquet of a-1 is missing"):
         list(read_snapshot_split(split, config, publish_event=lambda s, e: True))
+
+
+def test_a_snapshot_split_the_driver_marked_not_to_publish_reports_nothing(tmp_path):
+    table = pa.table({"key": [b"k1"], "value": [b"v"], "topic": ["a"], "partition": [1], "offset": [3],
+                      "timestamp": [0], "timestampType": [0]}).cast(arrow_schema(False))
+    pq.write_table(table, tmp_path / "f1.parquet")
+    split = SnapshotSplit("a", 1, str(tmp_path), ("f1.parquet",), 50, boundary=50, source_id="src-silent",
+                          publish_events=False)
+    config = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"}).reader_config
+    published = []
+    assert len(list(read_snapshot_split(split, config, publish_event=lambda s, e: published.append(e) or True))) == 1
+    assert split.finishes_backlog and published == []

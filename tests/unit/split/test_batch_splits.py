@@ -1,11 +1,13 @@
 """The splits of a batch, planned from what its (start, end) offsets read: SourceOffset.reads_since() and
 plan_splits()."""
 
+from dataclasses import replace
+
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.settings import parse_options
 from backlog_source.core.tracing.context import SpanContextIds
 from backlog_source.enumerator.state import BacklogState, OpenBucket, PhaseTrace, SnapshotState, SourceOffset
-from backlog_source.split.batch_splits import TASK_BYTES, BatchReads, plan_splits
+from backlog_source.split.batch_splits import TASK_BYTES, BatchReads, SnapshotRead, plan_splits
 from backlog_source.split.kafka_split import KafkaSplit, SnapshotSplit
 
 A0, A1 = Bucket("a", 0), Bucket("a", 1)
@@ -73,3 +75,17 @@ def test_a_batch_of_large_records_is_packed_into_tasks_bounded_in_bytes():
     # Every task carries the sizes it was planned with: its reader sizes fetches by them.
     assert {s.bytes_per_offset for s in splits} == {3_600.0}
     assert {s.bytes_per_offset for s in plan_splits(BatchReads("s", start, end), DEFAULTS)} == {None}
+
+
+def test_the_runs_decision_not_to_publish_reaches_every_split_and_changes_no_read(tmp_path):
+    start = SourceOffset("src", {A0: 0, A1: 0}, backlog=BacklogState(pending={A0: 80, A1: 60}))
+    end = SourceOffset("src", {A0: 100, A1: 40}, backlog=BacklogState(pending={A0: 80}))
+    reads = replace(end.reads_since(start), bytes_per_offset=100.0,
+                    snapshots=(SnapshotRead(A1, str(tmp_path), ("f.parquet",), 0),))
+    publishing, silent = plan_splits(reads, SETTINGS), plan_splits(reads, SETTINGS, publish_events=False)
+    assert all(s.publish_events for s in publishing) and not any(s.publish_events for s in silent)
+    assert [replace(s, publish_events=True) for s in silent] == publishing
+    # A catch-up batch's tasks report what they read only where they publish.
+    kafka_splits = [s for s in silent if isinstance(s, KafkaSplit)]
+    assert kafka_splits and not any(s.report_sizes for s in kafka_splits)
+    assert all(s.report_sizes for s in publishing if isinstance(s, KafkaSplit))
