@@ -45,12 +45,13 @@ from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
 from backlog_source.core.settings import parse_options
 from backlog_source.demo.apache_kafka import KafkaCluster, kafka
 from backlog_source.demo.otlp_receiver import OtlpReceiver
+from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.consumer_pool import ConsumerPool
 from backlog_source.reader.kafka_reader import read_split
 from backlog_source.split.kafka_split import KafkaRange, KafkaSplit
-from tests.integration.differential import fill_counts, start
+from tests.integration.differential import fill_counts, row_tuple, run_to_end, start
 from tests.integration.helpers import make_topic, wait_for
 from tests.reliability.failing_source import MESSAGE as FAILING_MESSAGE
 from tests.reliability.failing_source import NAME as FAILING_SOURCE
@@ -219,28 +220,88 @@ def test_sasl_plain_right_and_wrong_credentials_and_no_secret_anywhere(secured, 
                      control_topic_events=events)
 
 
-def test_a_principal_without_rights_on_the_control_topic_is_told_which_acls_to_grant(secured, topic_name,
-                                                                                    tmp_path):
-    """Issue 46: READ and DESCRIBE on its topic, READ on ``spark-kafka-source*`` (what
-    ``format("kafka")`` needs) and nothing on ``_backlog_events``: the query failed at start
-    with "refused describing the subscribed topics", though its topic was describable."""
-    make_topic(secured.cluster, topic_name, 1, per_partition=100)
+def grant_control_topic_acls(cluster: KafkaCluster, user: str, topic: str) -> None:
+    """DESCRIBE, READ and WRITE on a control topic created beforehand (no CREATE)."""
+    principal, allow = f"User:{user}", AclPermissionType.ALLOW
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", operation, allow)
+                for operation in (AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE)]
+    for done in admin.create_acls(bindings).values():
+        done.result(timeout=30)
+    mine = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, None,
+                            AclOperation.ANY, AclPermissionType.ANY)
+    wait_for(lambda: len(admin.describe_acls(mine).result(timeout=10)) >= len(bindings), 30, f"the ACLs on {topic}")
+
+
+def events_on(cluster: KafkaCluster, topic: str) -> list[dict]:
+    """Every control message on ``topic`` (partition 0), decoded, read as the tests' admin."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"check-{uuid.uuid4()}",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values = []
+    while (message := consumer.poll(10)) is not None and not message.error():
+        values.append(json.loads(message.value()))
+    consumer.close()
+    return values
+
+
+def batches_in(checkpoint: Path) -> list[tuple[dict, dict]]:
+    """Each batch of a checkpoint as (start, end) offset dicts of the source, decoded."""
+    ends = {int(p.name): offset_codec.decode(json.loads(p.read_text().splitlines()[2]))
+            for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()}
+    return [(ends[n - 1], ends[n]) for n in sorted(ends) if n - 1 in ends]
+
+
+def test_a_read_only_principal_runs_the_backlog_query_and_read_write_on_a_created_control_topic_confirms(
+        secured, spark, topic_name, tmp_path):
+    """Issue 48, item 1. A principal with what ``format("kafka")`` needs (READ and DESCRIBE on
+    its topic, READ on ``spark-kafka-source*``) and nothing on ``_backlog_events`` runs a
+    backlog-aware query (it failed at start): the rows ``format("kafka")`` reads with the same
+    credentials, catch-up batches within the byte budget planned from the driver's samples,
+    the switch to low latency, one warning and no task trying to publish. Granted DESCRIBE,
+    READ and WRITE on a control topic created beforehand, readers confirm each finish (as
+    with full rights)."""
+    size, budget = 1_000, 128 << 10
+    make_topic(secured.cluster, topic_name, 2, per_partition=300, value_size=size)
     grant_ingestion_acls(secured.cluster, READER, topic_name)
-    admin, _ = query_start(secured.bootstrap_servers, topic_name, scram_options(secured.reader_password))
-    assert admin.describe_topics([topic_name])[topic_name].partitions == 1  # its own topic: granted
+    # The same options for both sources (Kafka's Java admin client refuses scram_options' 5 s
+    # default.api.timeout.ms below its request.timeout.ms).
+    credentials = {k: v for k, v in scram_options(secured.reader_password).items()
+                   if k != "kafka.default.api.timeout.ms"}
 
     with OtlpReceiver() as receiver:
-        output = run(secured, topic_name, tmp_path / "reader", scram_options(secured.reader_password), "fail",
-                     receiver)
-    assert "QUERY FAILED" in output
-    failure = output.split("QUERY FAILED", 1)[1]
-    assert re.search(r"ControlTopicError: authorization refused for topic '_backlog_events', the control topic "
-                     r"\(option 'backlog.eventsTopic'\): Kafka at \S+ does not allow principal User:reader \w+ on it",
-                     failure), failure[-4000:]
-    assert (f"Grant principal User:{READER} DESCRIBE, READ and WRITE on topic '_backlog_events', and CREATE on it "
-            "unless it is created beforehand (1 partition)") in failure
-    assert "subscribed topics" not in failure
+        output = run(secured, topic_name, tmp_path / "read-only",
+                     {**credentials, "backlog.maxBytesPerTrigger": str(budget)}, "drain", receiver)
+    assert "LAST PROGRESS" in output, output[-4000:]  # printed once the query runs in low-latency mode
+    warning = "The query runs without its control topic"
+    assert output.count(warning) == 1, output[-4000:]
+    assert re.search(r"authorization refused for topic '_backlog_events', the control topic \(option "
+                     rf"'backlog.eventsTopic'\): Kafka at \S+ does not allow principal User:{READER} DESCRIBE on it",
+                     output), output[-4000:]
+    assert f"Grant principal User:{READER} DESCRIBE, READ and WRITE on topic '_backlog_events'" in output
+    assert "could not publish" not in output and "ControlTopicError" not in output  # no task tried
+    catch_up = [(first, last) for first, last in batches_in(tmp_path / "read-only" / "checkpoint")
+                if last.plan is not None and last.plan.bytes is not None]
+    assert len(catch_up) >= 3, catch_up  # 600 records of 1 KB, 128 KiB a batch
+    for first, last in catch_up:  # at most the budget and a record per partition (keys of 2 to 4 bytes)
+        records = sum(last.positions.values()) - sum(first.positions.values())
+        assert records * (size + 2) <= budget + 2 * (size + 4), (first.positions, last.positions)
     assert_no_secret([secured.reader_password], driver_and_worker_logs=output)
+
+    events = f"{topic_name}-events"
+    make_topic(secured.cluster, events, 1)
+    grant_control_topic_acls(secured.cluster, READER, events)
+    both = run_to_end(spark, secured.bootstrap_servers,
+                      {"subscribe": topic_name, "startingOffsets": "earliest", **credentials}, tmp_path,
+                      backlog_only={"backlog.eventsTopic": events})
+    kafka_rows = both["kafka"].rows()
+    assert len(kafka_rows) == 600 and both["backlog"].rows() == kafka_rows
+    read_only_rows = sorted(row_tuple(r) for r in spark.read.parquet(str(tmp_path / "read-only" / "parquet")).collect())
+    assert read_only_rows == sorted(kafka_rows)
+    finishes = [e for e in events_on(secured.cluster, events) if e.get("type") == "BacklogFinishEvent"]
+    assert sorted((e["topic"], e["partition"]) for e in finishes) == [(topic_name, 0), (topic_name, 1)], finishes
 
 
 def test_a_wrong_scram_password_fails_leading_with_the_authentication_failure(secured, topic_name):
