@@ -9,7 +9,7 @@ JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
 BENCHMARKS := broker_growth catch_up_budgets consumer_reuse control_events driver_heap executor_faults fetch_ahead fetch_size latency latency_versus_kafka mode_switch partitions_scale pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost worker_heap worker_memory
 
-.PHONY: jvm test test-wheel test-oldest-python test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
+.PHONY: jvm test test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -34,10 +34,31 @@ PYTHON_OLDEST ?= $(shell for p in python3.10 $$(pyenv root 2>/dev/null)/versions
 VENV_OLDEST ?= .venv-py310
 STAMP_OLDEST := $(VENV_OLDEST)/.installed
 
+# The newest PySpark pip picks for a user (pyproject's range, no constraints file): .venv pins the
+# PySpark of Spark's Kafka connector, of which no build for this one is installed, so this runs
+# the integration tests that need no format("kafka") and together call every PySpark API the
+# source uses. The environment is built once per pyproject.toml; `make clean` picks again.
+VENV_NEWEST ?= .venv-spark-newest
+STAMP_NEWEST := $(VENV_NEWEST)/.installed
+NEWEST_SPARK_TESTS := \
+	tests/integration/test_source.py::test_schema_is_sparks_kafka_schema \
+	tests/integration/test_source.py::test_bad_option_fails_at_load_with_its_message \
+	tests/integration/test_source.py::test_available_now_with_max_offsets_reads_exactly_the_captured_end \
+	tests/integration/test_source.py::test_min_offsets_waits_for_enough_records_or_the_delay \
+	tests/integration/test_batch_reads.py::test_a_batch_read_on_its_own_reads_every_column_as_produced \
+	tests/integration/test_install.py \
+	'tests/integration/test_mode_switch.py::test_the_restart_method_keeps_the_same_guarantees[forced]' \
+	tests/reliability/test_spark_connect.py
+# Which PySpark API each covers: DataSource (register, schema, options at load()); the stream
+# reader's latestOffset(start, limit) with ReadMaxRows, Trigger.AvailableNow and
+# reportLatestOffset; ReadMinRows with maxTriggerDelay; DataSourceReader (spark.read);
+# StreamingQueryListener and the in-place trigger switch (install); the switch by restart;
+# Spark Connect (source, listener, start_backlog_aware, install through a Connect client).
+
 # The wheel as users install it (not editable, fresh environment, outside the tree) first,
-# then the unit suite on the oldest supported Python, then every test; the standalone-cluster
-# test runs on that same installed wheel.
-test: test-wheel test-oldest-python
+# then the unit suite on the oldest supported Python, then the newest PySpark, then every
+# test; the standalone-cluster test runs on that same installed wheel.
+test: test-wheel test-oldest-python test-newest-spark
 	$(PY) -m pytest tests
 
 $(STAMP_OLDEST): pyproject.toml tests/constraints.txt
@@ -54,6 +75,17 @@ else
 test-oldest-python: $(STAMP_OLDEST)
 	$(VENV_OLDEST)/bin/python -m pytest -q -p no:cacheprovider tests/unit
 endif
+
+$(STAMP_NEWEST): pyproject.toml
+	@$(MAKE) --no-print-directory check-tools
+	@test -x $(VENV_NEWEST)/bin/python || $(PYTHON) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_NEWEST)/bin/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP_NEWEST)
+
+test-newest-spark: $(STAMP_NEWEST) $(JVM_STAMP)
+	@$(VENV_NEWEST)/bin/python -c "import pyspark; print('PySpark', pyspark.__version__, '(the newest pip picks), without Spark\'s Kafka connector')"
+	BACKLOG_SOURCE_TESTS_SPARK_KAFKA=off $(VENV_NEWEST)/bin/python -m pytest -q -p no:cacheprovider $(NEWEST_SPARK_TESTS)
 
 test-wheel: $(STAMP) $(JVM_STAMP)
 	$(PY) -m tests.wheel.wheel_env
@@ -79,5 +111,5 @@ $(addprefix bench-,$(BENCHMARKS)): bench-%: $(STAMP) $(JVM_STAMP)
 	$(PY) -m benchmarks.$*
 
 clean:
-	rm -rf $(VENV) $(VENV_OLDEST) .venv-wheel .jvm demo-output .pytest_cache
+	rm -rf $(VENV) $(VENV_OLDEST) $(VENV_NEWEST) .venv-wheel .jvm demo-output .pytest_cache
 

@@ -32,12 +32,12 @@ def spark():
     from pyspark.sql import SparkSession
 
     from backlog_source import BacklogDataSource
-    from tests.support.spark_kafka import spark_kafka_connector_jars
+    from tests.support.spark_kafka import session_jars
 
     session = (
         SparkSession.builder.master("local[2,2]")
         # Spark's own format("kafka"), for the tests that run it beside format("backlog").
-        .config("spark.jars", ",".join(str(jar) for jar in spark_kafka_connector_jars()))
+        .config("spark.jars", ",".join(str(jar) for jar in session_jars()))
         .appName("backlog-source-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -5,6 +5,7 @@ keeps ``KafkaTestUtils`` under ``src/test``: the wheel never needs Spark's conne
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyspark
@@ -15,6 +16,9 @@ from backlog_source.demo.errors import EmbeddedBrokerError
 #: Where ``make jvm`` puts Spark's Kafka connector, and the variable that overrides it.
 CONNECTOR_FOLDER = Path(".jvm") / "spark-kafka"
 CONNECTOR_VARIABLE = "BACKLOG_SOURCE_SPARK_KAFKA_JARS"
+#: Set to ``off`` for a test session without Spark's connector: ``make test-newest-spark`` runs
+#: the PySpark pip picks, of which no connector is installed, and selects no test that uses it.
+WITHOUT_CONNECTOR_VARIABLE = "BACKLOG_SOURCE_TESTS_SPARK_KAFKA"
 _CONNECTOR = "spark-sql-kafka-0-10_2.13-*.jar"
 
 
@@ -32,3 +36,12 @@ def spark_kafka_connector_jars() -> list[Path]:
             "install the PySpark of tests/constraints.txt ('make clean test' rebuilds both)"
         )
     return sorted(folder.glob("*.jar"))
+
+
+def session_jars() -> list[Path]:
+    """The jars the test session's ``spark.jars`` gets: Spark's Kafka connector, or none when
+    ``BACKLOG_SOURCE_TESTS_SPARK_KAFKA=off`` (then ``format("kafka")`` fails to load, as on a
+    Spark without the connector)."""
+    if os.environ.get(WITHOUT_CONNECTOR_VARIABLE, "").lower() == "off":
+        return []
+    return spark_kafka_connector_jars()
