@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from backlog_source.core.errors import ConfigError
 from backlog_source.core.schema import kafka_schema
 from backlog_source.core.settings import SourceSettings, include_headers, parse_options, parse_options_at_load
+from backlog_source.core.spark_version import require_supported_pyspark
 from backlog_source.core.tracing import exporter
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class BacklogDataSource(DataSource):
     """
 
     def __init__(self, options) -> None:
+        # load(), in a worker of the Spark that runs the query: an older one is refused here.
+        require_supported_pyspark()
         super().__init__(options)
         # A bad option fails load(), unless whether the read is a stream or a batch decides
         # which problem Spark reports first: then the reader Spark asks for reports it.
@@ -61,6 +64,9 @@ class BacklogDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        # spark.dataSource.register() asks for the name first: an older PySpark is refused
+        # there, in the user's program (load() checks the Spark that runs the query).
+        require_supported_pyspark()
         return "backlog"
 
     def schema(self) -> StructType:

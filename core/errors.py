@@ -19,7 +19,8 @@ text is copied in, after secrets are removed).
     ├── KafkaUnavailableError  Kafka did not answer in time
     ├── ControlTopicError      the control topic cannot be created, is missing, or changed
     ├── SnapshotError          a snapshot is missing, malformed or does not fit
-    └── ModeSwitchError        start_backlog_aware could not start or switch the query
+    ├── ModeSwitchError        start_backlog_aware could not start or switch the query
+    └── SparkVersionError      the PySpark running the source is older than this release supports
 
 Errors that one module raises and handles live with it: ``AccessRefusedError`` with the
 messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``NoValidOffsets`` (an
@@ -91,3 +92,8 @@ class SnapshotError(BacklogSourceError):
 
 class ModeSwitchError(BacklogSourceError):
     """``start_backlog_aware`` could not start the query or switch its trigger."""
+
+
+class SparkVersionError(BacklogSourceError):
+    """The PySpark that registers or loads the source is older than this release supports;
+    the message names both versions and what the older one lacks."""
