@@ -40,29 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from backlog_source.pyspark_bytecode import write_compiled
 from benchmarks.harness.pyspark_layout import RUNNER_MODULE, installed_spark_home, spark_worker_path
 from benchmarks.harness.results import machine, results_folder, write_results
 from benchmarks.harness.stats import fmt, median_and_spread, with_spread
-
-
-def mirror_with_bytecode(spark_home: Path, destination: Path) -> Path:
-    """A directory that links every entry of ``spark_home`` except ``python/lib``, whose
-    ``pyspark.zip`` is rebuilt with an unchecked hash-based ``.pyc`` beside each ``.py``."""
-    _link_all_but(spark_home, destination, "python")
-    _link_all_but(spark_home / "python", destination / "python", "lib")
-    lib = destination / "python" / "lib"
-    _link_all_but(spark_home / "python" / "lib", lib, "pyspark.zip")
-    write_compiled(spark_home / "python" / "lib" / "pyspark.zip", lib / "pyspark.zip")
-    return destination
-
-
-def _link_all_but(source: Path, target: Path, excluded: str) -> None:
-    """``target`` (created if missing) with a symlink to every entry of ``source`` but ``excluded``."""
-    target.mkdir(exist_ok=True)
-    for entry in source.iterdir():
-        if entry.name != excluded:
-            (target / entry.name).symlink_to(entry)
+from tests.support.spark_home import mirror_with_bytecode
 
 
 def import_seconds(python_path: str | None, times: int) -> dict:

@@ -9,6 +9,24 @@ import uuid
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _spark_processes_start_without_compiling_pyspark(request):
+    """Before any Spark process starts (the shared session, Spark Connect, the jobs tests run
+    as processes of their own, which inherit the environment): ``SPARK_HOME`` points at a
+    mirror of the installed PySpark whose ``pyspark.zip`` holds bytecode, the README's opt-in
+    deployment step (tests/support/spark_home.py says why). Only when the run holds more than
+    unit tests, which start no Spark. A ``SPARK_HOME`` the caller set is kept."""
+    unit = os.path.join(os.path.dirname(__file__), "unit") + os.sep
+    if "SPARK_HOME" in os.environ or all(str(item.path).startswith(unit) for item in request.session.items):
+        yield
+        return
+    from tests.support.spark_home import bytecode_spark_home
+
+    os.environ["SPARK_HOME"] = str(bytecode_spark_home())
+    yield
+    del os.environ["SPARK_HOME"]
+
+
 @pytest.fixture(scope="session")
 def broker():
     """One Apache Kafka broker (single-node KRaft, installed by ``make jvm``) for the whole

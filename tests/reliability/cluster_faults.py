@@ -59,6 +59,13 @@ def spark_class(python: Path) -> Path:
     return Path(home) / "bin" / "spark-class"
 
 
+def without_spark_home() -> dict:
+    """This process's environment for the cluster's processes, without the suite's
+    ``SPARK_HOME`` (tests/support/spark_home.py): the cluster runs Spark as the wheel's
+    environment installed it, which may be another PySpark version."""
+    return {name: value for name, value in os.environ.items() if name != "SPARK_HOME"}
+
+
 @contextmanager
 def standalone_cluster(folder: Path, python: Path):
     """Yields the ``spark://`` URL of a master on 127.0.0.1 and two one-core workers (127.0.0.1
@@ -68,7 +75,7 @@ def standalone_cluster(folder: Path, python: Path):
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     launcher = str(spark_class(python))
-    base = {**os.environ, "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": str(python)}
+    base = {**without_spark_home(), "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": str(python)}
     commands = {
         "master": (["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)], "127.0.0.1"),
         "worker-1": (["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"], "127.0.0.1"),
@@ -220,7 +227,7 @@ def run_executor_faults(broker, topic: str, out: Path, python: Path, master: str
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += ["--option", f"minPartitions={partitions}"]  # a task a partition: speculation needs several
-    job_env = {**os.environ, "JOB_MASTER": master, **(env or {})}
+    job_env = {**without_spark_home(), "JOB_MASTER": master, **(env or {})}
     job_env.pop("PYTHONPATH", None)  # the driver imports the installed wheel, from outside the source tree
     live = LiveProducer(broker.bootstrap_servers, topic, partitions, rate=live_rate).start()
     started = time.time()
