@@ -49,11 +49,22 @@ def log_end_offsets(broker, name: str) -> dict[int, int]:
 
 def wait_for_progress(query, predicate, timeout_s: float = 120, what: str = "progress"):
     """Wait until some progress event of ``query`` satisfies ``predicate``; fail fast if the
-    query died."""
+    query died. ``predicate`` is asked again only when a new progress event appeared, so it
+    must depend on the progress (and on values fixed before the wait), nothing else."""
+
+    # recentProgress renders up to 100 progress entries as JSON in the JVM and parses them
+    # here, with a py4j call per entry: polled every 0.1 s that was a good part of the suite's
+    # CPU. lastProgress is one entry: the whole list is read only when a new one appeared.
+    newest = {"seen": object()}
 
     def check():
         if query.exception() is not None:
             raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        last = query.lastProgress
+        stamp = last and (last["id"], last["runId"], last["batchId"], last["timestamp"])
+        if stamp == newest["seen"]:
+            return False
+        newest["seen"] = stamp
         return any(predicate(p) for p in query.recentProgress)
 
     try:

@@ -38,11 +38,12 @@ def secret_options(protocol: str) -> tuple[dict[str, str], list[str]]:
     return options, [jaas_password, key_password, store_password, token]
 
 
-def run(broker, topic, out: Path, options: dict, mode: str, receiver: OtlpReceiver) -> str:
+def run(broker, topic, out: Path, runs: list[dict], receiver: OtlpReceiver) -> str:
+    """The runs of secrets_job.py, in one driver process of their own; its whole output."""
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    result = subprocess.run([sys.executable, str(JOB), broker.bootstrap_servers, topic, str(out), json.dumps(options),
-                             mode], capture_output=True, text=True, timeout=400, env=env, cwd=JOB.parents[2])
-    assert result.returncode == 0, (mode, result.returncode, result.stdout[-3000:], result.stderr[-3000:])
+    result = subprocess.run([sys.executable, str(JOB), broker.bootstrap_servers, topic, str(out), json.dumps(runs)],
+                            capture_output=True, text=True, timeout=400, env=env, cwd=JOB.parents[2])
+    assert result.returncode == 0, (result.returncode, result.stdout[-3000:], result.stderr[-3000:])
     return result.stdout + result.stderr
 
 
@@ -80,18 +81,17 @@ def assert_no_secret(secrets: list[str], **outputs: str) -> None:
 def test_secrets_never_leave_the_options(broker, topic_name, tmp_path):
     make_topic(broker, topic_name, 2, per_partition=2_000)
     with OtlpReceiver() as receiver:
-        # A run that connects (PLAINTEXT) but carries secret options: offsets, events, spans exist.
+        # A run that connects (PLAINTEXT) but carries secret options: offsets, events, spans
+        # exist. Then a run that cannot authenticate: its error messages and logs.
         ok_options, ok_secrets = secret_options("PLAINTEXT")
-        ok_output = run(broker, topic_name, tmp_path / "ok", ok_options, "drain", receiver)
-        assert "LAST PROGRESS" in ok_output
-        # A run that cannot authenticate: its error messages and logs.
         bad_options, bad_secrets = secret_options("SASL_PLAINTEXT")
-        bad_output = run(broker, topic_name, tmp_path / "bad", bad_options, "fail", receiver)
-        assert "QUERY FAILED" in bad_output
+        output = run(broker, topic_name, tmp_path, [{"name": "ok", "options": ok_options, "mode": "drain"},
+                                                    {"name": "bad", "options": bad_options, "mode": "fail"}], receiver)
+        assert "LAST PROGRESS" in output and "QUERY FAILED" in output
         spans = json.dumps(receiver.spans)
     assert '"backlog.phase"' in spans and '"backlog.read"' in spans  # the check saw real spans
     events = control_topic(broker)
     assert "BacklogFinishEvent" in events
-    assert_no_secret(ok_secrets + bad_secrets, driver_and_worker_logs=ok_output + bad_output,
+    assert_no_secret(ok_secrets + bad_secrets, driver_and_worker_logs=output,
                      checkpoint_and_sink_files=everything_written(tmp_path), span_attributes=spans,
                      control_topic_events=events)
