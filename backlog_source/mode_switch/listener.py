@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from pyspark.sql.streaming import StreamingQueryListener
 
 from backlog_source.core.text_enum import TextEnum
+from backlog_source.mode_switch.classic_events import java_listener
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.enumerator.state_codec import parse_reported
 
@@ -112,6 +113,15 @@ class BacklogModeListener(StreamingQueryListener):
 
     def __init__(self, controller: MessageReceiver) -> None:
         self._controller = controller
+
+    @property
+    def _jlistener(self) -> Any:
+        """What classic PySpark's ``addListener`` registers: events read as JSON, one py4j
+        call each (classic_events.py says why), else PySpark's own bridge. Spark Connect
+        does not use it."""
+        if getattr(self, "_jlistenerobj", None) is None:
+            self._jlistenerobj = java_listener(self) or StreamingQueryListener._jlistener.fget(self)
+        return self._jlistenerobj
 
     def onQueryStarted(self, event) -> None:
         pass
