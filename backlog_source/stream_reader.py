@@ -17,6 +17,7 @@ from backlog_source.core.jvm_heap import HEAP_SHARE, default_catch_up_bytes, dri
 from backlog_source.core.settings import EVENTS_TOPIC_OFF, ReaderConfig, SourceSettings
 from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.group_commits import GroupCommitter
 from backlog_source.enumerator.kafka_admin import KafkaAdmin
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.events.control_topic import ControlTopic
@@ -44,11 +45,14 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.reader_config: ReaderConfig = settings.reader_config
         self._enumerator: Enumerator | None = None
         self._offsets: list[tuple[dict, SourceOffset]] = []  # the latest first, at most KEPT_OFFSETS
+        self._group_commits: GroupCommitter | None = None
+        self._initial: dict | None = None
 
     def __getstate__(self) -> dict:
         # Spark pickles this object into every task: executors get the narrow reader
         # configuration only, never the planner's settings, a Kafka client or offsets.
-        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None, "_offsets": []}
+        return {"settings": None, "reader_config": self.reader_config, "_enumerator": None, "_offsets": [],
+                "_group_commits": None, "_initial": None}
 
     def _decode(self, data: dict) -> SourceOffset:
         """``offset_codec.decode(data)``, from the kept offsets when an equal dict was seen."""
@@ -91,6 +95,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         initial = self.enumerator.initial_offset()
         encoded = offset_codec.encode(initial)
         self._keep(encoded, initial)
+        self._initial = encoded
         return encoded
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -101,6 +106,8 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
         the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
         start_offset = self._decode(start)
+        if start != self._initial:
+            self._commit_to_group(start_offset)  # the end of the last batch Spark committed
         budget = ReadBudget.from_limit(limit, self._driver_settings(), driver_heap_bytes())
         end = self.enumerator.latest_offset(start_offset, budget)
         # Returning the very dict Spark gave us tells it there is nothing new to run.
@@ -127,9 +134,23 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return plan_splits(reads, self._driver_settings(), publish_events=self.enumerator.publishes_events())
 
     def commit(self, end: dict) -> None:
-        pass
+        """Spark committed the batch ending at ``end``: with ``backlog.commitOffsetsToGroup``,
+        its offsets go to the consumer group (in the background; usually ``latestOffset``
+        offered them already, enumerator/group_commits.py says why)."""
+        self._commit_to_group(self._decode(end))
+
+    def _commit_to_group(self, committed: SourceOffset) -> None:
+        settings = self._driver_settings()
+        if not settings.backlog_commit_offsets_to_group:
+            return
+        if self._group_commits is None:
+            self._group_commits = GroupCommitter(settings.kafka, settings.api_timeout_ms)
+        self._group_commits.offer(committed)
 
     def stop(self) -> None:
+        if self._group_commits is not None:
+            self._group_commits.close()
+            self._group_commits = None
         if self._enumerator is not None:
             self._enumerator.close()
             self._enumerator = None

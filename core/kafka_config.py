@@ -65,6 +65,7 @@ class ClientRole(TextEnum):
     CONTROL_READER = "events-reader"  # driver: reads BacklogFinishEvents
     EVENT_PRODUCER = "events"  # executors: publishes BacklogFinishEvents
     SIZE_SAMPLER = "size-sampler"  # driver: measures record sizes where a catch-up batch starts
+    GROUP_OFFSETS = "group-offsets"  # driver: copies committed offsets to a consumer group (backlog.commitOffsetsToGroup)
 
 
 #: Defaults a user may override with ``kafka.*`` options.
@@ -115,6 +116,7 @@ _NEVER_COMMITS = {
 #: that would contradict them are rejected when the options are parsed).
 _FIXED: dict[ClientRole, dict[str, Any]] = {
     ClientRole.ADMIN: {},
+    ClientRole.GROUP_OFFSETS: {},
     ClientRole.READER: {
         **_NEVER_COMMITS,
         # The end of a range is detected by position, so end-of-partition events are needed;
@@ -186,6 +188,18 @@ class KafkaClientConfig:
         """``kafka.group.id``, or a fresh ``<groupIdPrefix>-<uuid>``: the source's consumers
         never join their group nor commit, so the id only names them in the broker's logs."""
         return self.params.get("group.id") or f"{self.group_id_prefix}-{uuid.uuid4()}"
+
+    def lag_group_id(self, source_id: str) -> str:
+        """The consumer group ``backlog.commitOffsetsToGroup`` commits to: ``kafka.group.id``,
+        else ``<groupIdPrefix>-<source id>``.
+
+        Spark's Kafka source names its driver's group ``<groupIdPrefix>-<random uuid>-<hash of
+        the checkpoint path>`` (its executors' the same plus ``-executor``), new at every run
+        (``KafkaSourceProvider.streamingUniqueGroupId``): a lag tool would see a new group at
+        each restart. The source id is created with the query's checkpoint and kept in every
+        offset, so one query is one group across restarts, and the id is the one the source's
+        logs, spans and metrics carry (``backlog.source.id``)."""
+        return self.params.get("group.id") or f"{self.group_id_prefix}-{source_id}"
 
     def librdkafka(self, role: ClientRole, **overrides: Any) -> dict[str, Any]:
         """The configuration dict of a client in ``role``, secrets revealed.

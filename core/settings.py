@@ -335,6 +335,10 @@ class SourceSettings:
     #: in the offset dict. Unset: the installation's intervals.
     backlog_high_throughput_interval_ms: int | None = option("backlog.highThroughputInterval", _duration)
     backlog_low_latency_interval_ms: int | None = option("backlog.lowLatencyInterval", _duration)
+    #: Opt-in: once Spark has committed a batch, copy its end offsets to a consumer group
+    #: (``kafka.group.id``, else ``<groupIdPrefix>-<source id>``) for lag tools; never read
+    #: back (enumerator/group_commits.py).
+    backlog_commit_offsets_to_group: bool = option("backlog.commitOffsetsToGroup", _strict_bool, False)
     snapshot_path: str | None = option("snapshot.path", _text)
 
     def __post_init__(self) -> None:
@@ -504,7 +508,7 @@ def check_batch_range(settings: SourceSettings) -> None:
     that takes precedence (:data:`_PRECEDENCE`) cannot start at the latest offsets nor end at
     the earliest ones. ``checkOffsetLimitValidity``: specific starting and ending offsets
     (or per-partition timestamps) name the same partitions, and none starts after it ends.
-    And ``snapshot.path`` is for streams. Raises :class:`ConfigError`."""
+    And ``snapshot.path`` and ``backlog.commitOffsetsToGroup`` are for streams. Raises :class:`ConfigError`."""
     given = {name for name in _PRECEDENCE["starting"] + _PRECEDENCE["ending"]
              if getattr(settings, _FIELD_OF_OPTION[name]) is not None}
     starting = next(name for name in _PRECEDENCE["starting"] if name in given or name == "startingOffsets")
@@ -522,6 +526,9 @@ def check_batch_range(settings: SourceSettings) -> None:
     if settings.snapshot_path is not None:
         raise ConfigError("option 'snapshot.path' is for streaming queries (spark.readStream); a batch read reads "
                           "Kafka only")
+    if settings.backlog_commit_offsets_to_group:
+        raise ConfigError("option 'backlog.commitOffsetsToGroup' is for streaming queries (spark.readStream): a "
+                          "batch read commits no batch")
 
 
 def _first_problem(options: Mapping[str, str], read: ReadKind) -> ConfigError | None:

@@ -247,8 +247,7 @@ class Enumerator:
         if self._settled is not None and self._settled[0] == start:
             return self._settled[1]
         messages, events_position = [], start.events_position
-        unread = start.snapshot.pending if start.snapshot else {}
-        committed = {b: o for b, o in start.positions.items() if b not in unread}
+        committed = start.log_positions
         reported = start.plan is not None and start.plan.bytes is not None
         if self._control is not None and (reported or start.backlog.finishing
                                           or any(committed.get(b, -1) >= o for b, o in start.backlog.pending.items())):

@@ -332,6 +332,13 @@ class SourceOffset:
         """Every boundary this batch's reads carry: still pending or reached by this batch."""
         return self.backlog.boundaries
 
+    @property
+    def log_positions(self) -> dict[Bucket, int]:
+        """The next offset of each bucket whose log this batch has reached: a bucket whose
+        snapshot is still pending has read nothing of its log yet, so it is left out."""
+        unread = self.snapshot.pending if self.snapshot is not None else {}
+        return {b: o for b, o in self.positions.items() if b not in unread}
+
     def read_start(self, previous: "SourceOffset", bucket: Bucket) -> int | None:
         """Where this batch begins reading ``bucket``, given the previous batch's end; None
         for a bucket this batch does not read."""

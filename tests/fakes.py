@@ -776,6 +776,9 @@ class FakeAdmin:
     def create_topics(self, new_topics, request_timeout):
         return self._next("create_topics", request_timeout, new_topics)
 
+    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request, request_timeout):
+        return self._next("alter_consumer_group_offsets", request_timeout, alter_consumer_group_offsets_request)
+
     def poll(self, timeout):
         served = 0
         while self.reports:
@@ -1005,3 +1008,36 @@ def progress_event(query_id, run_id, batch_id, *sources, at_ms=0):
     """A ``QueryProgressEvent`` as the listener gets it; its trigger started ``at_ms``."""
     return SimpleNamespace(progress=SimpleNamespace(id=query_id, runId=run_id, batchId=batch_id,
                                                     timestamp=iso_timestamp(at_ms), sources=list(sources)))
+
+
+# -- the consumer group backlog.commitOffsetsToGroup commits to ----------------------------
+
+
+class FakeGroupOffsets:
+    """A consumer group client (``enumerator.group_commits.GroupOffsetsClient``): records each
+    commit; ``fail`` (an exception) is raised by every commit while set; while ``hold`` is
+    clear, a commit waits for it (``entered`` is set once a commit is waiting), so a test can
+    offer more while one is in flight."""
+
+    def __init__(self):
+        self.commits: list[tuple[str, dict]] = []
+        self.fail: BaseException | None = None
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
+        self.closed = False
+        self.created = 0
+
+    def __call__(self, kafka):
+        self.created += 1
+        return self
+
+    def commit(self, group, positions, timeout_s):
+        self.entered.set()
+        self.hold.wait(60)
+        if self.fail is not None:
+            raise self.fail
+        self.commits.append((group, dict(positions)))
+
+    def close(self):
+        self.closed = True

@@ -16,6 +16,7 @@ from pyspark.sql.connect.streaming.query import StreamingQueryManager as Connect
 from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectDataStreamWriter
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from backlog_source.enumerator.group_commits import GroupOffsetsClient, KafkaGroupOffsets
 from backlog_source.enumerator.kafka_admin import KafkaAdmin, OffsetsClient
 from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
@@ -33,6 +34,7 @@ PAIRS = [
     (fakes.FakeConsumer, (Consumer,), set()),
     (fakes.FakeProducer, (Producer,), set()),
     (fakes.FakeAdmin, (AdminClient,), {"report_error", "report_log"}),
+    (fakes.FakeGroupOffsets, (GroupOffsetsClient, KafkaGroupOffsets), set()),
     (fakes.FakeQuery, (StreamingQuery,), set()),
     (fakes.FakeWriter, (DataStreamWriter,), set()),
     (fakes.FakeInPlaceSwitcher, (InPlaceSwitcher,), set()),
