@@ -215,6 +215,7 @@ class GroupCommitter:
         self._failures = _FailureLog(clock)
         self._changed = threading.Condition()
         self._pending: GroupOffsets | None = None
+        self._in_flight: GroupOffsets | None = None
         self._committed: GroupOffsets | None = None
         self._failed: tuple[GroupOffsets, float] | None = None
         self._closed = False
@@ -222,14 +223,14 @@ class GroupCommitter:
 
     def offer(self, offset: SourceOffset) -> None:
         """Commit the end of a batch Spark has committed, in the background; returns at once.
-        Offsets already committed, or waiting, are not sent again; offsets that failed, not
+        Offsets already committed, in flight or waiting are not sent again; offsets that failed, not
         before :data:`RETRY_INTERVAL_S`."""
         positions = offset.log_positions
         if not positions:
             return
         offsets = GroupOffsets(self._kafka.lag_group_id(offset.source_id), positions)
         with self._changed:
-            if self._closed or offsets in (self._committed, self._pending):
+            if self._closed or offsets in (self._committed, self._in_flight, self._pending):
                 return
             if self._failed is not None and self._failed[0] == offsets and (
                     self._clock() < self._failed[1] + RETRY_INTERVAL_S):
@@ -266,6 +267,7 @@ class GroupCommitter:
                 if self._pending is None:
                     return
                 offsets, self._pending = self._pending, None
+                self._in_flight = offsets
             self._commit(offsets)
 
     def _commit(self, offsets: GroupOffsets) -> None:
@@ -281,10 +283,10 @@ class GroupCommitter:
                 f"{self._kafka.redact(str(exc))}"))
         else:
             with self._changed:
-                self._committed, self._failed = offsets, None
+                self._committed, self._failed, self._in_flight = offsets, None, None
             self._failures.succeeded(offsets.group)
 
     def _note_failure(self, offsets: GroupOffsets, error: GroupCommitError) -> None:
         with self._changed:
-            self._failed = (offsets, self._clock())
+            self._failed, self._in_flight = (offsets, self._clock()), None
         self._failures.failed(offsets.group, error)

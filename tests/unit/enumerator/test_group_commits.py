@@ -107,6 +107,17 @@ def test_offers_never_wait_for_kafka_and_the_newest_wins_over_one_not_sent_yet()
     assert [positions for _, positions in fake.commits] == [{A0: 1}, {A0: 4}]
 
 
+def test_offsets_in_flight_are_not_sent_again():
+    group, fake = committer()
+    fake.hold.clear()
+    group.offer(SourceOffset("src1", {A0: 1}))
+    wait_for(fake.entered.is_set, 30, "the commit in flight")
+    group.offer(SourceOffset("src1", {A0: 1}))  # commit(end) right after latestOffset(start) offered it
+    fake.hold.set()
+    assert group.close() is True
+    assert fake.commits == [("spark-kafka-source-src1", {A0: 1})]
+
+
 def test_a_bucket_whose_snapshot_is_unread_is_not_committed_and_nothing_is_sent_without_positions():
     group, fake = committer()
     snapshot = SnapshotState("/snap", "id", pending={A1: ("part-0.parquet",)})
