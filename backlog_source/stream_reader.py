@@ -137,7 +137,8 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Spark committed the batch ending at ``end``: with ``backlog.commitOffsetsToGroup``,
         its offsets go to the consumer group (in the background; usually ``latestOffset``
         offered them already, enumerator/group_commits.py says why)."""
-        self._commit_to_group(self._decode(end))
+        if self._driver_settings().backlog_commit_offsets_to_group:
+            self._commit_to_group(self._decode(end))
 
     def _commit_to_group(self, committed: SourceOffset) -> None:
         settings = self._driver_settings()
