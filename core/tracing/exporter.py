@@ -41,6 +41,8 @@ from backlog_source.core.tracing.context import SpanRecord
 log = logging.getLogger(__name__)
 
 EXPORTERS = ("otlp", "console", "none")
+#: The exporters each signal supports: Prometheus is pulled, so only metrics have it.
+SIGNAL_EXPORTERS = {"traces": EXPORTERS, "metrics": (*EXPORTERS, "prometheus")}
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_SERVICE_NAME = "backlog-source"
 #: Upper bound of a reader's flush at the end of a split (the exporter's own timeout,
@@ -78,11 +80,12 @@ def exporter_names(env: Mapping[str, str] | None = None, signal: str = "traces")
         names = ["otlp"] if endpoint else []
     else:
         names = [n.strip().lower() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in EXPORTERS]
+    supported = SIGNAL_EXPORTERS[signal]
+    unknown = [n for n in names if n not in supported]
     if unknown:
         raise ConfigError(
             f"{variable}={raw!r} names unknown exporter(s) {', '.join(unknown)}; "
-            f"backlog-source supports {', '.join(EXPORTERS)}"
+            f"backlog-source supports {', '.join(supported)}"
         )
     names = [n for n in names if n != "none"]
     if "otlp" in names:

@@ -2,11 +2,14 @@
 points at a real OTLP/HTTP receiver (names, units, kinds, attributes, values)."""
 
 import json
+import socket
+import sys
 from types import SimpleNamespace
 
 import pytest
 
 from backlog_source.core.errors import ConfigError
+from backlog_source.core.tracing import exporter as tracing_exporter
 from backlog_source.metrics import exporter, names
 from backlog_source.mode_switch import disable_metrics, enable_metrics
 from backlog_source.mode_switch.listener import Mode
@@ -46,8 +49,31 @@ def test_metrics_are_off_unless_the_environment_asks_for_them(env, expected):
 
 
 def test_a_bad_metrics_setting_is_an_error_naming_the_variable():
-    with pytest.raises(ConfigError, match="OTEL_METRICS_EXPORTER='prometheus' names unknown exporter"):
+    with pytest.raises(ConfigError, match="OTEL_METRICS_EXPORTER='statsd' names unknown exporter.*prometheus"):
+        exporter.exporter_names({"OTEL_METRICS_EXPORTER": "statsd"})
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_PROMETHEUS_PORT='http' is not a port"):
+        exporter.exporter_names({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "http"})
+
+
+def test_prometheus_is_a_metrics_exporter_only_and_says_which_extra_it_needs(monkeypatch):
+    assert exporter.exporter_names({"OTEL_METRICS_EXPORTER": "prometheus"}) == ["prometheus"]
+    assert exporter.prometheus_address({}) == ("localhost", 9464)  # the specification's defaults
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER='prometheus' names unknown exporter"):
+        tracing_exporter.exporter_names({"OTEL_TRACES_EXPORTER": "prometheus"})
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.prometheus", None)  # the extra not installed
+    with pytest.raises(ConfigError, match=r"pip install 'backlog-source\[prometheus\]'"):
         exporter.exporter_names({"OTEL_METRICS_EXPORTER": "prometheus"})
+
+
+def test_a_prometheus_port_already_taken_is_an_error_naming_the_variable(otel_env):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        otel_env.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+        otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+        otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(taken.getsockname()[1]))
+        with pytest.raises(ConfigError, match="cannot serve on 127.0.0.1:.*OTEL_EXPORTER_PROMETHEUS_PORT"):
+            enable_metrics(FakeSpark())
 
 
 def test_with_metrics_off_nothing_is_attached_or_built(otel_env):
