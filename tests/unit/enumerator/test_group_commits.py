@@ -6,6 +6,7 @@ tests/integration/test_group_commits.py."""
 from __future__ import annotations
 
 import logging
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -240,3 +241,12 @@ def test_without_the_option_nothing_is_committed():
     reader = BacklogStreamReader(parse_options(BASE))
     reader.commit(offset_codec.encode(SourceOffset("src1", {A0: 1})))
     assert reader._group_commits is None
+
+
+def test_executors_never_get_the_committer():
+    settings = parse_options({**BASE, "backlog.commitOffsetsToGroup": "true"})
+    reader = BacklogStreamReader(settings)
+    reader._group_commits = GroupCommitter(settings.kafka, 30_000, client_factory=FakeGroupOffsets())
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._group_commits is None and copy.settings is None
+    reader.stop()
