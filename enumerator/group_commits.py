@@ -71,6 +71,10 @@ RETRY_INTERVAL_S = 30.0
 CLOSE_TIMEOUT_S = 5.0
 #: Errors that mean the group has active members: Kafka takes offsets from outside a group only
 #: while it has none (classic groups and KIP-848 consumer groups alike).
+#: Answers that a moment later are different: the group's coordinator is loading or moving.
+_COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.NOT_COORDINATOR}
+_BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
 _GROUP_IN_USE = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
                  KafkaError.FENCED_INSTANCE_ID, getattr(KafkaError, "STALE_MEMBER_EPOCH", -1)}
 
@@ -111,13 +115,31 @@ class KafkaGroupOffsets:
     """:class:`GroupOffsetsClient` over confluent-kafka's AdminClient (its own, created on the
     committer's thread: nothing it waits for is shared with planning)."""
 
-    def __init__(self, kafka: KafkaClientConfig, *, admin_factory: Callable[[dict], AdminClient] = AdminClient) -> None:
+    def __init__(self, kafka: KafkaClientConfig, *, admin_factory: Callable[[dict], AdminClient] = AdminClient,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        """``admin_factory``, ``clock`` and ``sleep`` are replaced by unit tests only."""
         self._kafka = kafka
+        self._clock = clock
+        self._sleep = sleep
         # librdkafka's connection log goes to a logger nobody reads (a broker down for an hour
         # logs every retry); the request's own error says what failed.
         self._admin = admin_factory(kafka.librdkafka(ClientRole.GROUP_OFFSETS, logger=_LIBRDKAFKA_LOG))
 
     def commit(self, group: str, positions: Mapping[Bucket, int], timeout_s: float) -> None:
+        """One OffsetCommit, asked again while the group's coordinator is moving or loading
+        (a fresh cluster's first commit to a group answers "coordinator load in progress"),
+        until ``timeout_s`` has passed."""
+        deadline, backoff = self._clock() + timeout_s, _BACKOFF_S
+        while True:
+            try:
+                return self._commit_once(group, positions, max(deadline - self._clock(), 0.1))
+            except GroupCommitError as exc:
+                if exc.code not in _COORDINATOR_MOVING or self._clock() + backoff >= deadline:
+                    raise
+            self._sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _commit_once(self, group: str, positions: Mapping[Bucket, int], timeout_s: float) -> None:
         request = ConsumerGroupTopicPartitions(
             group, [TopicPartition(b.topic, b.partition, offset) for b, offset in sorted(positions.items())])
         try:

@@ -182,7 +182,8 @@ def test_the_adapter_sends_one_offset_commit_for_the_group_from_outside_it():
 
     client, admin = adapter(answer)
     client.commit("g", {A1: 20, A0: 10}, 5.0)
-    assert admin.requests == [("alter_consumer_group_offsets", 5.0)]
+    [(what, timeout)] = admin.requests
+    assert what == "alter_consumer_group_offsets" and timeout == pytest.approx(5.0, abs=0.5)
     assert sent[0].group_id == "g"
     assert [(tp.topic, tp.partition, tp.offset) for tp in sent[0].topic_partitions] == [("a", 0, 10), ("a", 1, 20)]
     assert admin.config["client.id"] == "backlog-source-group-offsets" and "group.id" not in admin.config
@@ -202,6 +203,20 @@ def test_a_refusal_says_why_first_names_the_group_and_never_a_secret(code, expec
     assert message.startswith("could not commit offsets to consumer group 'g' (backlog.commitOffsetsToGroup")
     assert all(words in message for words in expected), message
     assert SECRET not in message and raised.value.code == code
+
+
+def test_a_coordinator_still_loading_is_asked_again_within_the_timeout():
+    clock = FakeClock()
+    answers = [{"g": future(error=failed(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))}] * 2
+    admin = FakeAdmin([lambda requests, a=a: a for a in answers] + [lambda requests: {"g": future(requests[0])}])
+    client = KafkaGroupOffsets(parse_options(BASE).kafka, admin_factory=admin, clock=clock, sleep=clock.sleep)
+    client.commit("g", {A0: 1}, 5.0)
+    assert len(admin.requests) == 3 and clock.slept == [0.1, 0.2]
+    admin.script = [lambda requests: {"g": future(error=failed(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))}] * 10
+    clock.slept.clear()
+    with pytest.raises(GroupCommitError, match="did not take them"):
+        client.commit("g", {A0: 1}, 2.0)  # until the timeout, then told
+    assert clock.slept == [0.1, 0.2, 0.4, 0.8]  # a fifth wait would end past the 2 s
 
 
 def test_a_partition_refused_by_a_topic_acl_names_the_topic():
