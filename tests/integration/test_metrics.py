@@ -6,10 +6,13 @@ the query's start to its end."""
 from __future__ import annotations
 
 import threading
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from backlog_source import disable_metrics, enable_metrics, start_backlog_aware
+from backlog_source.demo.apache_kafka import free_port
 from backlog_source.metrics import names
 from backlog_source.mode_switch.session_metrics import session_metrics
 from tests.integration.helpers import make_topic, reader, wait_for
@@ -18,7 +21,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_known_backlog_after_one_batch(spark, broker, topic_name, tmp_path, otel_env, receiver):
+    """Over OTLP and, at once, to a Prometheus scraping the driver (``OTEL_METRICS_EXPORTER=otlp,prometheus``)."""
     otel_env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{receiver.endpoint}/v1/metrics")
+    otel_env.setenv("OTEL_METRICS_EXPORTER", "otlp,prometheus")
+    otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    otel_env.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(free_port()))
     make_topic(broker, topic_name, 2, per_partition=3_000, value_size=100)
     assert enable_metrics(spark)
     # One batch of 2,000 records, then nothing for an hour: the metrics hold still.
@@ -36,9 +43,23 @@ def test_a_known_backlog_after_one_batch(spark, broker, topic_name, tmp_path, ot
         wait_for(recorded, 120, "the first batch's metrics")
         assert metrics.export.flush()
         points = receiver.wait_for_points(lambda p: any(x["name"] == names.RECORDS_IN.name for x in p), 30)
+        host, port = metrics.export.prometheus_address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as scrape:
+            scraped = scrape.read().decode()
     finally:
         query.stop()
         disable_metrics(spark)
+    with pytest.raises(OSError):  # disable_metrics stopped the server
+        urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5)
+
+    # What a Prometheus sees: OpenTelemetry's names in Prometheus' form, one series per partition.
+    pending = {sample.labels["messaging_destination_partition_id"]: sample
+               for family in text_string_to_metric_families(scraped) for sample in family.samples
+               if sample.name == "backlog_source_pending_records"}
+    assert {p: s.value for p, s in pending.items()} == {"0": 2_000, "1": 2_000}, scraped
+    assert pending["0"].labels["spark_streaming_query_name"] == "metrics_known_backlog"
+    assert pending["0"].labels["messaging_destination_name"] == topic_name
+    assert "backlog_source_records_in_total" in scraped and "backlog_source_processing_backlog" in scraped
 
     def value(instrument, partition=None):
         # The last export's point (a periodic export may have come before the flush).
