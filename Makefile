@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Apache Kafka's broker and Spark's Kafka connector, from Maven Central (scripts/install-jvm.sh, with PySpark's Ivy).
 JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
-BENCHMARKS := broker_growth catch_up_budgets consumer_reuse control_events driver_heap executor_faults fetch_ahead fetch_size latency latency_versus_kafka mode_switch partitions_scale pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost worker_heap worker_memory
+BENCHMARKS := broker_growth catch_up_budgets consumer_reuse control_events driver_heap executor_faults fetch_ahead fetch_size group_commits latency latency_versus_kafka mode_switch partitions_scale pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost worker_heap worker_memory
 
 .PHONY: jvm test test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 

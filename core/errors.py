@@ -26,6 +26,7 @@ Errors that one module raises and handles live with it: ``AccessRefusedError`` w
 messages of each refusal in :mod:`backlog_source.core.kafka_refusals`, ``NoValidOffsets`` (an
 answer holding no valid offset: a failed request) in :mod:`backlog_source.core.kafka_answers`,
 ``TopicsDeletedError`` and ``TopicsRecreatedError`` in :mod:`backlog_source.enumerator.kafka_admin`,
+``GroupCommitError`` (logged, never raised into a query) in :mod:`backlog_source.enumerator.group_commits`,
 ``TopicNotCreatedError`` (raised by the admin client, told as a ``ControlTopicError``) in
 :mod:`backlog_source.events.control_topic`, ``StopTimeoutError`` (a ``ModeSwitchError``) and
 ``QueryFailedError`` (a query's failure known only by its text) in
