@@ -336,7 +336,9 @@ class KafkaAdmin:
         in_flight = _InFlight(request, timeout_s)
         while not in_flight.wait(_WATCH_S):
             refused = self._connection_refused(_ENDS_REQUEST)
-            if refused is not None:
+            # A request that answered meanwhile keeps its answer: the refusal may be another
+            # broker's connection, and what Kafka answered is the truth.
+            if refused is not None and not in_flight.wait(0):
                 raise refused
         return in_flight.result()
 

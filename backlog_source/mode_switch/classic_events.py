@@ -45,19 +45,30 @@ class EventsAsJson:
         self._listener = listener
 
     def onQueryStarted(self, jevent: Any) -> None:
-        self._listener.onQueryStarted(QueryStartedEvent.fromJson(json.loads(jevent.json())))
+        self._listener.onQueryStarted(_read(QueryStartedEvent, jevent))
 
     def onQueryProgress(self, jevent: Any) -> None:
-        self._listener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+        self._listener.onQueryProgress(_read(QueryProgressEvent, jevent))
 
     def onQueryIdle(self, jevent: Any) -> None:
-        self._listener.onQueryIdle(QueryIdleEvent.fromJson(json.loads(jevent.json())))
+        self._listener.onQueryIdle(_read(QueryIdleEvent, jevent))
 
     def onQueryTerminated(self, jevent: Any) -> None:
-        self._listener.onQueryTerminated(QueryTerminatedEvent.fromJson(json.loads(jevent.json())))
+        self._listener.onQueryTerminated(_read(QueryTerminatedEvent, jevent))
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def _read(event_type: Any, jevent: Any) -> Any:
+    """``event_type`` from the event's JSON; from the Java object, as PySpark's own bridge
+    reads it, when the JSON cannot be read: Spark leaves a NaN or infinite rate out of it
+    (which PySpark's ``fromJson`` requires) and cannot render every observed metric. An event
+    lost here could be the batch that ends a backlog phase, so none is."""
+    try:
+        return event_type.fromJson(json.loads(jevent.json()))
+    except Exception:  # any failure of the fast path: the slow one reads every event
+        return event_type.fromJObject(jevent)
 
 
 def java_listener(listener: StreamingQueryListener) -> Any | None:

@@ -77,3 +77,21 @@ def test_every_event_is_read_with_one_call_and_arrives_as_pysparks_type():
 def test_without_a_classic_spark_context_there_is_no_bridge(monkeypatch):
     monkeypatch.setattr(classic_events.SparkContext, "_jvm", None)
     assert java_listener(Recording()) is None
+
+
+class UnrenderedJavaEvent(JavaEvent):
+    """An event whose JSON PySpark's fromJson cannot read: Spark leaves a NaN rate out."""
+
+    def __init__(self) -> None:
+        value = progress_json()
+        del value["progress"]["sources"][0]["inputRowsPerSecond"]
+        super().__init__(value)
+
+
+def test_an_event_whose_json_cannot_be_read_is_read_from_the_java_object_as_pyspark_does(monkeypatch):
+    listener, from_java = Recording(), []
+    monkeypatch.setattr(classic_events.QueryProgressEvent, "fromJObject",
+                        classmethod(lambda cls, jevent: from_java.append(jevent) or "read from the Java object"))
+    event = UnrenderedJavaEvent()
+    EventsAsJson(listener).onQueryProgress(event)
+    assert from_java == [event] and listener.events == [("progress", "read from the Java object")]
