@@ -67,7 +67,7 @@ def _read(event_type: Any, jevent: Any) -> Any:
     lost here could be the batch that ends a backlog phase, so none is."""
     try:
         return event_type.fromJson(json.loads(jevent.json()))
-    except Exception:  # any failure of the fast path: the slow one reads every event
+    except Exception:  # process boundary: whatever the JVM rendered, the slow path reads every event
         return event_type.fromJObject(jevent)
 
 
