@@ -200,14 +200,16 @@ def test_sasl_plain_right_and_wrong_credentials_and_no_secret_anywhere(secured, 
     password, wrong = secured.password, f"wrong-{uuid.uuid4().hex}"
     make_topic(secured.cluster, topic_name, 2, per_partition=2_000)  # through PLAINTEXT, as an admin would
     with OtlpReceiver() as receiver:
-        ok_output = run(secured, topic_name, tmp_path / "ok", plain_options(password), "drain", receiver)
-        assert "LAST PROGRESS" in ok_output
-        last = json.loads(ok_output.split("LAST PROGRESS: ", 1)[1].splitlines()[0])
+        # The right credentials, then the wrong ones, in one driver process.
+        output = run(secured, topic_name, tmp_path,
+                     [{"name": "ok", "options": plain_options(password), "mode": "drain"},
+                      {"name": "bad", "options": plain_options(wrong), "mode": "fail"}], receiver)
+        assert "LAST PROGRESS" in output
+        last = json.loads(output.split("LAST PROGRESS: ", 1)[1].splitlines()[0])
         assert json.loads(last["sources"][0]["endOffset"])["positions"][topic_name] == {"0": 2_000, "1": 2_000}
 
-        bad_output = run(secured, topic_name, tmp_path / "bad", plain_options(wrong), "fail", receiver)
-        assert "QUERY FAILED" in bad_output
-        failure = bad_output.split("QUERY FAILED", 1)[1]
+        assert "QUERY FAILED" in output
+        failure = output.split("QUERY FAILED", 1)[1]
         # The cause first, then the options to check (it read "refused describing the subscribed topics").
         assert re.search(r"AccessRefusedError: authentication failed: Kafka at \S+ refused the credentials of "
                          rf"principal User:{USER} \(.*SASL authentication error", failure), failure[-4000:]
@@ -215,7 +217,7 @@ def test_sasl_plain_right_and_wrong_credentials_and_no_secret_anywhere(secured, 
         spans = json.dumps(receiver.spans)
     events = control_topic(secured.cluster)
     assert '"backlog.phase"' in spans and "BacklogFinishEvent" in events  # the search saw real outputs
-    assert_no_secret([password, wrong], driver_and_worker_logs=ok_output + bad_output,
+    assert_no_secret([password, wrong], driver_and_worker_logs=output,
                      checkpoint_sink_and_event_log=everything_written(tmp_path), span_attributes=spans,
                      control_topic_events=events)
 
@@ -272,8 +274,9 @@ def test_a_read_only_principal_runs_the_backlog_query_and_read_write_on_a_create
                    if k != "kafka.default.api.timeout.ms"}
 
     with OtlpReceiver() as receiver:
-        output = run(secured, topic_name, tmp_path / "read-only",
-                     {**credentials, "backlog.maxBytesPerTrigger": str(budget)}, "drain", receiver)
+        read_only = {**credentials, "backlog.maxBytesPerTrigger": str(budget)}
+        output = run(secured, topic_name, tmp_path, [{"name": "read-only", "options": read_only, "mode": "drain"}],
+                     receiver)
     assert "LAST PROGRESS" in output, output[-4000:]  # printed once the query runs in low-latency mode
     warning = "The query runs without its control topic"
     assert output.count(warning) == 1, output[-4000:]
@@ -504,16 +507,15 @@ def test_no_secret_of_tls_or_scram_512_options_reaches_any_output(secured, topic
                   "kafka.ssl.keystore.location": str(tls.client.p12), "kafka.ssl.keystore.password": tls.password}
     bad_options = {**right["mtls-pem-key"][1], **scram_512_options(wrong, "SASL_SSL")}
     with OtlpReceiver() as receiver:
-        ok_output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path / "ok", ok_options,
-                        "drain", receiver)
-        assert "LAST PROGRESS" in ok_output
-        bad_output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path / "bad", bad_options,
-                         "fail", receiver)
-        assert "QUERY FAILED" in bad_output and "authentication failed" in bad_output
+        output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path,
+                     [{"name": "ok", "options": ok_options, "mode": "drain"},
+                      {"name": "bad", "options": bad_options, "mode": "fail"}], receiver)
+        assert "LAST PROGRESS" in output
+        assert "QUERY FAILED" in output and "authentication failed" in output.split("QUERY FAILED", 1)[1]
         spans = json.dumps(receiver.spans)
     events = control_topic(secured.cluster)
     assert '"backlog.phase"' in spans and "BacklogFinishEvent" in events
-    assert_no_secret([secured.reader_password, tls.password, wrong], driver_and_worker_logs=ok_output + bad_output,
+    assert_no_secret([secured.reader_password, tls.password, wrong], driver_and_worker_logs=output,
                      checkpoint_sink_and_event_log=everything_written(tmp_path), span_attributes=spans,
                      control_topic_events=events)
 
