@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from backlog_source.core import step_timings
 from backlog_source.demo.apache_kafka import kafka_version, start_kafka
@@ -85,14 +85,33 @@ def shape_topics(shape: str, tag: str, partitions: int, pattern_topics: int) -> 
     return {f"scale-{tag}-p{i:03d}": partitions // pattern_topics for i in range(pattern_topics)}
 
 
+#: Partitions one CreateTopics or CreatePartitions request creates at most (KRaft's limit is
+#: 10,000 records a request, a topic's own record included).
+PER_REQUEST = 5_000
+
+
 def create_and_fill(bootstrap: str, topics: dict[str, int], records_per_partition: int) -> None:
     """Create ``topics`` (LogAppendTime, for latency) and write ``records_per_partition``
     records of 100 B into each partition."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, n, config=dict(LIVE_TOPIC_CONFIG)) for t, n in topics.items()],
-                                  request_timeout=CREATE_TIMEOUT_S)
-    for future in futures.values():
-        future.result(timeout=CREATE_TIMEOUT_S)
+    # KRaft's controller refuses a request of more than 10,000 metadata records ("excessively
+    # large batch operation": a record per topic and per partition), so topics are created in
+    # requests of at most PER_REQUEST partitions, and a bigger topic grows by CreatePartitions.
+    pending = [(t, min(n, PER_REQUEST)) for t, n in topics.items()]
+    while pending:
+        request, total = [], 0
+        while pending and total + pending[0][1] <= PER_REQUEST:
+            request.append(pending.pop(0))
+            total += request[-1][1]
+        futures = admin.create_topics([NewTopic(t, n, config=dict(LIVE_TOPIC_CONFIG)) for t, n in request],
+                                      request_timeout=CREATE_TIMEOUT_S)
+        for future in futures.values():
+            future.result(timeout=CREATE_TIMEOUT_S)
+    for topic, partitions in topics.items():
+        for count in range(2 * PER_REQUEST, partitions + PER_REQUEST, PER_REQUEST):
+            [future] = admin.create_partitions([NewPartitions(topic, min(count, partitions))],
+                                               request_timeout=CREATE_TIMEOUT_S).values()
+            future.result(timeout=CREATE_TIMEOUT_S)
     wait_for(lambda: answered(admin, topics), CREATE_TIMEOUT_S, "the new topics' leaders", interval_s=1.0)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "acks": "all"})
     for topic, partitions in topics.items():
