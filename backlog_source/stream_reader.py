@@ -107,7 +107,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
         start_offset = self._decode(start)
         if start != self._initial:
-            self._commit_to_group(start_offset)  # the end of the last batch Spark committed
+            self._commit_to_group(start)  # the end of the last batch Spark committed
         budget = ReadBudget.from_limit(limit, self._driver_settings(), driver_heap_bytes())
         end = self.enumerator.latest_offset(start_offset, budget)
         # Returning the very dict Spark gave us tells it there is nothing new to run.
@@ -137,16 +137,17 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Spark committed the batch ending at ``end``: with ``backlog.commitOffsetsToGroup``,
         its offsets go to the consumer group (in the background; usually ``latestOffset``
         offered them already, enumerator/group_commits.py says why)."""
-        if self._driver_settings().backlog_commit_offsets_to_group:
-            self._commit_to_group(self._decode(end))
+        self._commit_to_group(end)
 
-    def _commit_to_group(self, committed: SourceOffset) -> None:
+    def _commit_to_group(self, committed: dict) -> None:
+        """Offer ``committed`` (a batch end Spark committed) to the group committer; nothing,
+        not even a decode, unless ``backlog.commitOffsetsToGroup`` is on."""
         settings = self._driver_settings()
         if not settings.backlog_commit_offsets_to_group:
             return
         if self._group_commits is None:
             self._group_commits = GroupCommitter(settings.kafka, settings.api_timeout_ms)
-        self._group_commits.offer(committed)
+        self._group_commits.offer(self._decode(committed))
 
     def stop(self) -> None:
         if self._group_commits is not None:
