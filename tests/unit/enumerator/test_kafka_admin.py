@@ -278,6 +278,29 @@ def test_a_bare_tls_handshake_failure_while_a_request_waits_does_not_end_it():
     assert offsets_client.latest_offsets([A0]) == {A0: 4}
 
 
+def test_a_request_that_answered_while_a_refusal_was_reported_keeps_its_answer():
+    """The watch sees a refusal only after its wait for the request ran out; if the request
+    answered in between, the refusal was another connection's (another broker's), and what
+    Kafka answered is the truth. Made deterministic: the report is served on the watching
+    thread, and the request has ended by the time the watch looks at it again."""
+    offsets_client, admin, _ = client([])
+    release, request_threads = threading.Event(), []
+
+    def refusal_then_answer():  # served by the watch's poll, after its wait ran out
+        admin.config["error_cb"](KafkaError(*WRONG_PASSWORD))
+        release.set()
+        request_threads[0].join(30)
+
+    def answered_as_the_refusal_came(specs):
+        request_threads.append(threading.current_thread())
+        admin.reports.append(refusal_then_answer)
+        assert release.wait(30), "the watch never served the report"
+        return offsets({A0: 4})(specs)
+
+    admin.script.append(answered_as_the_refusal_came)
+    assert offsets_client.latest_offsets([A0]) == {A0: 4}
+
+
 def test_secrets_never_reach_an_unavailable_error():
     offsets_client, _, _ = client([Slow(failed(KafkaError._TRANSPORT, f"sasl.password={SECRET} rejected"))] * 4)
     with pytest.raises(KafkaUnavailableError) as raised:
