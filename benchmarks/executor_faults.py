@@ -23,7 +23,8 @@ Usage::
     .venv/bin/python -m benchmarks.executor_faults [--rounds 3] [--partitions 8] [--per-partition 20000]
         [--per-batch 32000] [--live-rate 200]
 
-Writes ``benchmarks/results/executor_faults/executor_faults.{json,md}``.
+Writes ``benchmarks/results/executor_faults/executor_faults.{json,md,png}`` (the picture: each
+round's seconds from each kill to the next committed batch, and to the replacement executor).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 import pyspark
 
 from backlog_source.demo.apache_kafka import kafka, kafka_version
-from benchmarks.harness.results import machine, write_results
+from benchmarks.harness.results import machine, results_folder, write_results
 from benchmarks.harness.stats import median_and_spread, with_spread
 
 FIGURES = ("jvm_kill_to_commit_s", "workers_kill_to_commit_s", "replacement_executor_s", "speculative_launched",
@@ -127,6 +128,38 @@ def main() -> None:
                                                          "kafka": kafka_version(), "spark": pyspark.__version__,
                                                          "args": vars(args), "summary": summary, "rounds": rounds},
                   lines)
+    save_picture(rounds, command)
+
+
+#: The picture's rows: (label, the round's figure).
+PICTURE_ROWS = (("(a) executor JVM killed\n-> next batch committed", "jvm_kill_to_commit_s"),
+                ("(a) executor JVM killed\n-> replacement registered", "replacement_executor_s"),
+                ("(b) Python workers killed\n-> next batch committed", "workers_kill_to_commit_s"))
+
+
+def save_picture(rounds: list[dict], command: str) -> None:
+    """``executor_faults.png``: every round's seconds for each row of :data:`PICTURE_ROWS` as
+    a dot, the median as a bar, so the spread is visible beside the Markdown's median."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3))
+    for row, (label, key) in enumerate(PICTURE_ROWS):
+        values = [r[key] for r in rounds if r[key] is not None]
+        if values:
+            ax.barh(row, statistics.median(values), color="tab:blue", alpha=0.35)
+            ax.scatter(values, [row] * len(values), color="tab:blue", zorder=3)
+    ax.set_yticks(range(len(PICTURE_ROWS)), [label for label, _ in PICTURE_ROWS], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds (dots: each of {len(rounds)} rounds; bar: median)", fontsize=8)
+    ax.set_title(command, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(results_folder("executor_faults") / "executor_faults.png", dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
