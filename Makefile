@@ -9,7 +9,7 @@ JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
 BENCHMARKS := broker_growth catch_up_budgets consumer_reuse control_events driver_heap executor_faults fetch_ahead fetch_size group_commits latency latency_versus_kafka mode_switch partitions_scale pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost worker_heap worker_memory
 
-.PHONY: jvm test test-environments test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
+.PHONY: jvm test test-environments wheel-environment test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -56,17 +56,21 @@ NEWEST_SPARK_TESTS := \
 # Spark Connect (source, listener, start_backlog_aware, install through a Connect client).
 
 # The environments first, side by side (building one is mostly waiting on the package index,
-# so three at once take about as long as one); then the wheel as users install it (not
+# so four at once take about as long as one); then the wheel as users install it (not
 # editable, fresh environment, outside the tree; one small query) beside the unit suite on the
 # oldest supported Python (one core, no Spark); then the newest PySpark; then every test. The
 # standalone-cluster test runs on that same installed wheel.
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-environments
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-environments
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-wheel test-oldest-python
 	@$(MAKE) --no-print-directory test-newest-spark
 	$(PY) -m pytest -n 2 --dist loadgroup tests
 
-test-environments: $(STAMP) $(JVM_STAMP) $(STAMP_NEWEST) $(if $(filter skip,$(PYTHON_OLDEST)),,$(STAMP_OLDEST))
+test-environments: $(STAMP) $(JVM_STAMP) $(STAMP_NEWEST) $(if $(filter skip,$(PYTHON_OLDEST)),,$(STAMP_OLDEST)) wheel-environment
+
+# The wheel's own environment (.venv-wheel), rebuilt when its sources changed (tests/wheel/wheel_env.py).
+wheel-environment: $(STAMP)
+	$(PY) -m tests.wheel.wheel_env --install
 
 $(STAMP_OLDEST): pyproject.toml tests/constraints.txt
 	@test -n "$(PYTHON_OLDEST)" || { echo "error: no Python 3.10 found (the oldest Python backlog-source supports). Install it, point PYTHON_OLDEST at it, or run 'make test PYTHON_OLDEST=skip' to leave that check out." >&2; exit 1; }
