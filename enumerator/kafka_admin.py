@@ -20,7 +20,8 @@ certificate, missing authorization) are raised at once, a refusal as
 naming the topic an ACL refused; a wrong password or CA, which a request sees only as a
 timeout, is told by the client's error callback, which is watched while the request waits and
 ends it as soon as it reports one (:meth:`KafkaAdmin._watched`). Each offsets call is one batched
-``ListOffsets`` request for all buckets (per broker), not one request per partition.
+``ListOffsets`` request for all buckets (per broker, in calls of at most ``_OFFSETS_PER_CALL``
+partitions sent together), not one request per partition.
 """
 
 from __future__ import annotations
@@ -445,9 +446,10 @@ class KafkaAdmin:
         return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
 
     def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
-        """One ListOffsets request for ``specs``. An answer below ``lowest`` is a failed
-        attempt (:class:`~backlog_source.core.kafka_answers.NoValidOffsets`), retried like any
-        other: taken for a log end, a timed-out request's -1001 reads as offsets moving
+        """One ListOffsets request for ``specs`` (per broker; made of calls of at most
+        :data:`_OFFSETS_PER_CALL` partitions, all in flight at once). An answer below
+        ``lowest`` is a failed attempt (:class:`~backlog_source.core.kafka_answers.NoValidOffsets`),
+        retried like any other: taken for a log end, a timed-out request's -1001 reads as offsets moving
         backwards, i.e. false data loss, or a rewind to the earliest offset."""
         if not specs:
             return {}
@@ -462,11 +464,15 @@ class KafkaAdmin:
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
                 admin = self._client()  # keep referenced until the futures resolve
-                futures = admin.list_offsets(
-                    {TopicPartition(b.topic, b.partition): spec for b, spec in specs.items()},
-                    isolation_level=isolation,
-                    request_timeout=timeout_s,
-                )
+                asked = list(specs.items())
+                futures: dict[TopicPartition, Future] = {}
+                for first in range(0, len(asked), _OFFSETS_PER_CALL):  # all sent before any is awaited
+                    call = asked[first:first + _OFFSETS_PER_CALL]
+                    futures.update(admin.list_offsets(
+                        {TopicPartition(b.topic, b.partition): spec for b, spec in call},
+                        isolation_level=isolation,
+                        request_timeout=timeout_s,
+                    ))
                 answers = _offsets_of(futures, timeout_s, self._kafka)
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
@@ -570,6 +576,11 @@ class KafkaAdmin:
         self._call(f"waiting for the leaders of the new topic {topic!r}", request)
 
 
+#: The most partitions one AdminClient ``list_offsets`` call names. librdkafka merges each
+#: broker's answer into the call's result with a linear search per partition, so one call's
+#: cost grows with the square of its partitions; calls of this size, sent together, keep it
+#: linear at the price of one more request per broker per call.
+_OFFSETS_PER_CALL = 500
 #: How often a request in flight looks at what librdkafka's error callback and log reported.
 _WATCH_S = 0.2
 #: The refusals that end a request still in flight: each says the connection will never be

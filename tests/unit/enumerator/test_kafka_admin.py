@@ -37,6 +37,21 @@ def test_one_batched_request_for_every_bucket():
     assert [what for what, _ in admin.requests] == ["list_offsets"]
 
 
+def test_many_partitions_are_asked_in_calls_of_bounded_size_sent_together():
+    """librdkafka merges a call's answers with a search per partition: one call for ten
+    thousand partitions spent most of its time there. The calls' answers are one dict."""
+    many = {Bucket(f"t{i % 7}", i): i for i in range(1_001)}
+    sizes = []
+
+    def answer(specs):
+        sizes.append(len(specs))
+        return offsets(many)(specs)
+
+    offsets_client, admin, _ = client([answer, answer, answer])
+    assert offsets_client.latest_offsets(many) == many
+    assert sizes == [500, 500, 1] and [what for what, _ in admin.requests] == ["list_offsets"] * 3
+
+
 def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead_of_retrying():
     """Mid-deletion, librdkafka finds no leader for the topic's partitions ("Failed to query
     partition leaders: No leaders found", _NOENT); retrying until the deadline failed the
