@@ -128,7 +128,7 @@ def main() -> None:
                                                          "kafka": kafka_version(), "spark": pyspark.__version__,
                                                          "args": vars(args), "summary": summary, "rounds": rounds},
                   lines)
-    save_picture(rounds, command)
+    save_picture(rounds, summary, command)
 
 
 #: The picture's rows: (label, the round's figure).
@@ -137,11 +137,9 @@ PICTURE_ROWS = (("(a) executor JVM killed\n-> next batch committed", "jvm_kill_t
                 ("(b) Python workers killed\n-> next batch committed", "workers_kill_to_commit_s"))
 
 
-def save_picture(rounds: list[dict], command: str) -> None:
+def save_picture(rounds: list[dict], summary: dict, command: str) -> None:
     """``executor_faults.png``: every round's seconds for each row of :data:`PICTURE_ROWS` as
-    a dot, the median as a bar, so the spread is visible beside the Markdown's median."""
-    import statistics
-
+    a dot, the median of ``summary`` (the Markdown's) as a bar, so the spread is visible."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,7 +149,7 @@ def save_picture(rounds: list[dict], command: str) -> None:
     for row, (label, key) in enumerate(PICTURE_ROWS):
         values = [r[key] for r in rounds if r[key] is not None]
         if values:
-            ax.barh(row, statistics.median(values), color="tab:blue", alpha=0.35)
+            ax.barh(row, summary[key]["median"], color="tab:blue", alpha=0.35)
             ax.scatter(values, [row] * len(values), color="tab:blue", zorder=3)
     ax.set_yticks(range(len(PICTURE_ROWS)), [label for label, _ in PICTURE_ROWS], fontsize=8)
     ax.invert_yaxis()
