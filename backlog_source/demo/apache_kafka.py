@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -320,6 +321,8 @@ def start_kafka(
     ``listeners``: extra client listeners by name (e.g. ``{"SASL_PLAINTEXT": {...}}``), each
     with the broker settings it needs; the name is also its security protocol.
     ``settings``: more ``server.properties`` entries for every node.
+    The JVM options ``KAFKA_OPTS`` holds (environment) are added to every node's, as Kafka's
+    own start scripts add them.
     """
     if nodes not in (1, 3):
         raise ValueError("nodes must be 1 or 3")
@@ -329,8 +332,9 @@ def start_kafka(
     classpath = str(libs / "*")
     own_folder = folder is None
     folder = Path(tempfile.mkdtemp(prefix="kafka-")) if folder is None else folder
+    # KAFKA_OPTS is added last, as Kafka's own kafka-run-class.sh does (e.g. the tests' JIT setting).
     java_options = (f"-Xmx{heap_mb}m", f"-Xms{min(heap_mb, 256)}m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                    "-Djava.awt.headless=true")
+                    "-Djava.awt.headless=true", *shlex.split(os.environ.get("KAFKA_OPTS", "")))
     members = [KafkaNode(i + 1, free_port(), free_port(), folder / f"node-{i + 1}", java_options, classpath,
                          {name: free_port() for name in (listeners or {})}) for i in range(nodes)]
     voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in members)
