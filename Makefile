@@ -9,7 +9,7 @@ JVM_STAMP := .jvm/.installed
 # Every module of benchmarks/ but the package and its harness: `make bench-<name>`.
 BENCHMARKS := broker_growth catch_up_budgets consumer_reuse control_events driver_heap executor_faults fetch_ahead fetch_size group_commits latency latency_versus_kafka mode_switch partitions_scale pyspark_bytecode query_startup read_throughput restart_after_downtime slow_sink_switch snapshot_bootstrap soak tracing_cost worker_heap worker_memory
 
-.PHONY: jvm test test-environments wheel-environment test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
+.PHONY: test-suite jvm test test-environments wheel-environment test-wheel test-oldest-python test-newest-spark test-unit test-integration demo bench soak $(addprefix bench-,$(BENCHMARKS)) check-tools clean
 
 check-tools:
 	@scripts/check-tools.sh "$(PYTHON)"
@@ -56,15 +56,19 @@ NEWEST_SPARK_TESTS := \
 # Spark Connect (source, listener, start_backlog_aware, install through a Connect client).
 
 # The environments first, side by side (building one is mostly waiting on the package index,
-# so four at once take about as long as one); then the wheel as users install it (not
-# editable, fresh environment, outside the tree; one small query) beside the unit suite on the
-# oldest supported Python (one core, no Spark); then the newest PySpark; then every test. The
-# standalone-cluster test runs on that same installed wheel.
+# so four at once take about as long as one); then, side by side again, every test (three
+# pytest processes, grouped by how much they wait: tests/conftest.py) beside the wheel as users install it
+# (not editable, fresh environment, outside the tree; one small query), the unit suite on the
+# oldest supported Python (one core, no Spark) and the newest PySpark's tests: the suite alone
+# left the 2 CPUs ~20 % idle, the others use that. Each step's output is shown when it ends.
+# The standalone-cluster test runs on that same installed wheel.
 test:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target test-environments
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-wheel test-oldest-python
-	@$(MAKE) --no-print-directory test-newest-spark
-	$(PY) -m pytest -n 2 --dist loadgroup tests
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-suite test-wheel test-oldest-python test-newest-spark
+
+# Every test in the project's environment, in three pytest processes (tests/conftest.py).
+test-suite: $(STAMP) $(JVM_STAMP)
+	$(PY) -m pytest -n 3 --dist loadgroup tests
 
 test-environments: $(STAMP) $(JVM_STAMP) $(STAMP_NEWEST) $(if $(filter skip,$(PYTHON_OLDEST)),,$(STAMP_OLDEST)) wheel-environment
 

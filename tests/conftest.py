@@ -9,34 +9,48 @@ import uuid
 import pytest
 
 
-#: Run by ``make test`` (``pytest -n 2 --dist loadgroup``) in a second pytest process beside
-#: the rest: files whose tests mostly wait (on broker outages, Kafka's own timeouts, processes
-#: of their own starting) rather than compute. Measured on the 2-core machine, the suite in
-#: one process kept the CPUs a third idle, most of it in these files; side by side, that wait
-#: overlaps the other files' work. Each process has its own broker and Spark session.
-WAITING_FILES = frozenset({
-    "tests/reliability/test_broker_outages.py", "tests/reliability/test_sasl.py",
-    "tests/reliability/test_secrets.py", "tests/reliability/test_newest_jdk.py",
-    "tests/integration/test_topic_lifecycle.py", "tests/integration/test_batch_reads.py",
-    "tests/integration/test_side_by_side.py", "tests/integration/test_topic_selection.py",
-    "tests/integration/test_idle_polling.py", "tests/integration/test_failures.py",
-    "tests/integration/test_tracing.py",
-    # Not waiting files: moved here so that the two groups take about as long (the waiting
-    # files alone: 750 s of the 1,270 s the working ones took side by side). The two that share
-    # the Spark Connect server (reliability/conftest.py) go together.
-    "tests/reliability/test_connect_stop.py", "tests/reliability/test_spark_connect.py",
-    "tests/integration/test_kafka_semantics.py", "tests/integration/test_side_by_side_generated.py",
-})
+#: ``make test`` runs the suite in three pytest processes (``pytest -n 3 --dist loadgroup``), one
+#: per xdist group; each has its own broker and Spark session. ``waiting`` holds files whose tests
+#: mostly wait (broker outages, Kafka's own timeouts, Spark Connect, processes of their own
+#: starting); ``mixed`` more waiting files beside CPU-heavy ones and the unit suite; every other
+#: file is in ``working``. Side by side, the waits overlap the other processes' work: in one
+#: process the suite kept the 2 CPUs a third idle. The groups were balanced by each file's
+#: measured test time (2026-11-28, two processes side by side, JVMs on C1 only: waiting 685 s,
+#: mixed 684 s, working 708 s); rebalance when a file's time changes much.
+GROUPS = {
+    "waiting": frozenset({
+        "tests/reliability/test_sasl.py", "tests/reliability/test_broker_outages.py",
+        # These two share the Spark Connect server (reliability/conftest.py): one process.
+        "tests/reliability/test_connect_stop.py", "tests/reliability/test_spark_connect.py",
+        "tests/reliability/test_secrets.py", "tests/reliability/test_newest_jdk.py",
+        "tests/integration/test_tracing.py", "tests/integration/test_failures.py",
+    }),
+    "mixed": frozenset({
+        "tests/integration/test_topic_lifecycle.py", "tests/integration/test_kafka_semantics.py",
+        "tests/integration/test_side_by_side.py", "tests/integration/test_side_by_side_generated.py",
+        "tests/integration/test_topic_selection.py", "tests/integration/test_idle_polling.py",
+        "tests/reliability/test_crashes.py", "tests/integration/test_backlog.py",
+        "tests/integration/test_install.py", "tests/integration/test_snapshot.py",
+        "tests/integration/test_metrics.py", "tests/integration/test_log_end_gaps.py",
+    }),
+}
+
+
+def xdist_group(path: str) -> str:
+    """The xdist group of the test file at ``path`` (relative to the repository, ``/``-separated):
+    its group in :data:`GROUPS`, ``mixed`` for the unit suite, else ``working``."""
+    if path.startswith("tests/unit/"):
+        return "mixed"
+    return next((name for name, files in GROUPS.items() if path in files), "working")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Two xdist groups: ``waiting`` (:data:`WAITING_FILES` and the unit suite) and ``working``
-    (every other file). Without xdist the marks change nothing."""
+    """Marks every test with its file's xdist group (:func:`xdist_group`). Without xdist the marks
+    change nothing."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for item in items:
         path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
-        waiting = path in WAITING_FILES or path.startswith("tests/unit/")
-        item.add_marker(pytest.mark.xdist_group("waiting" if waiting else "working"))
+        item.add_marker(pytest.mark.xdist_group(xdist_group(path)))
 
 
 #: The JVMs of a test run (Spark drivers, the Spark Connect server, Kafka brokers) live for

@@ -1,0 +1,23 @@
+"""The suite's xdist groups (tests/conftest.py) name files that exist, each in one group: a
+renamed or deleted file must not leave a group silently lighter than it was balanced to be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import GROUPS, xdist_group
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_grouped_file_exists_and_is_in_one_group():
+    named = [path for files in GROUPS.values() for path in files]
+    assert [path for path in named if not (ROOT / path).is_file()] == []
+    assert len(named) == len(set(named))
+
+
+def test_a_file_goes_to_its_group_the_unit_suite_to_mixed_the_rest_to_working():
+    assert xdist_group("tests/reliability/test_sasl.py") == "waiting"
+    assert xdist_group("tests/reliability/test_crashes.py") == "mixed"
+    assert xdist_group("tests/unit/enumerator/test_enumerator.py") == "mixed"
+    assert xdist_group("tests/integration/test_demo.py") == "working"
