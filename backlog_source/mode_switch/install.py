@@ -210,25 +210,27 @@ class SessionModeSwitch:
                 skipped = message.run_id in self._skipped
             if handled or skipped:
                 return
-            switch = self._adopt(message)
-            if switch is None:
-                return
+            self._adopt(message)
+            return
         switch.committed(message, may_switch=not handled)
 
-    def _adopt(self, message: BatchCommitted) -> QuerySwitch | None:
+    def _adopt(self, message: BatchCommitted) -> None:
         """Take a backlog query over: its running trigger executor, whatever interval the
-        user gave it; None (and logged once) when it cannot be switched in place."""
+        user gave it, switched as ``message`` calls for; logged once when it cannot be switched
+        in place. It is in :attr:`adopted` only once that first switch is made: until then it
+        runs the user's interval, in neither mode. Raises what the first switch raises
+        (nothing is adopted then: the next batch tries again)."""
         query_id = message.query_id
         query = self._spark.streams.get(query_id)
         if query is None:
-            return None  # stopped meanwhile
+            return  # stopped meanwhile
         intervals_ms = self.intervals_for(message)
         switcher: TriggerSwitcher
         if self._restarts is not None and self._restarts.knows(query_id):
             held_ms = self._restarts.interval_ms(query_id)
             if held_ms is None:
                 self._skip(message, "its trigger is not a processing-time one")
-                return None
+                return
             switcher = RestartSwitcher(query, intervals_ms, self._restarts.starter(query_id), swap=self._restarts,
                                        cancelled=self._closing.is_set)
         else:
@@ -237,27 +239,31 @@ class SessionModeSwitch:
                 held_ms = switcher.adopt(cancelled=self._closing.is_set)
             except ModeSwitchError as exc:
                 self._skip(message, f"it cannot be switched in place ({exc}){self._no_restart_because()}")
-                return None
+                return
             except Exception as exc:  # process boundary: py4j, or no JVM object (Spark Connect): skipped
                 self._skip(message, f"it cannot be switched in place ({type(exc).__name__}: {exc})"
                                     f"{self._no_restart_because()}")
-                return None
+                return
             if held_ms is None:
-                return None
-        # The mode the query runs in now: the interval it holds, if it is one of ours.
+                return
+        # The mode the query runs in now: the interval it holds, if it is one of ours; else the
+        # other one than the batch calls for, so that the batch switches it to one of ours.
         current = next((m for m, ms in intervals_ms.items() if ms == held_ms), None)
         mode = current if current is not None else _other(Mode.for_backlog(message.processing_backlog))
         switch = QuerySwitch(query, query_id, message.run_id, intervals_ms, mode, switcher, interval_ms=held_ms,
                              query_name=message.query_name, clock=self._clock, observers=self._observers)
         with self._lock:
             previous = self._switches.get(query_id)
-            self._switches[query_id] = (switch, held_ms)
         if previous is not None:  # a new run its user started: the last switch of the old one ends with it
             previous[0].end(SwitchEndedBy.STOP)
         switch.announce()
+        # Registered only after: read meanwhile (adopted), the placeholder mode of a foreign
+        # interval would name a mode the query does not run in.
+        switch.committed(message)
+        with self._lock:
+            self._switches[query_id] = (switch, held_ms)
         log.info("install(): query %s (trigger %d ms) now switches %s with its backlog", query_id, held_ms,
                  switcher.method.value)
-        return switch
 
     def _no_restart_because(self) -> str:
         """Why the installation does not fall back to a restart: restarts not allowed, or

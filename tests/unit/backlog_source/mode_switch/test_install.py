@@ -52,6 +52,27 @@ def test_a_backlog_query_started_with_its_own_trigger_is_adopted_and_switches_wi
     assert q.interval_ms == 0
 
 
+def test_a_query_on_its_own_interval_is_never_reported_in_a_mode_before_its_first_switch_is_made():
+    """Adopting a query whose interval is none of ours starts it in the other mode than the
+    batch calls for, so that the batch switches it; read while that switch is being made,
+    ``adopted`` named that placeholder (low latency, the user's 3 s still running) on a loaded
+    machine. It lists the query once the switch is made."""
+    spark = FakeSpark()
+    seen_during_switch = []
+
+    class Watching(FakeInPlaceSwitcher):
+        def switch(self, to):
+            seen_during_switch.append(dict(installation.adopted))
+            return super().switch(to)
+
+    installation = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(),
+                                     switcher_of=lambda q, intervals: Watching(q, intervals))
+    q = query(spark, "orders", 3_000)
+    installation.handle(committed(q, 0, True))
+    assert seen_during_switch == [{}]
+    assert installation.adopted["orders"].mode is Mode.HIGH_THROUGHPUT and q.interval_ms == 0
+
+
 def test_several_queries_switch_independently_and_a_query_a_handle_follows_is_left_to_it():
     spark = FakeSpark()
     switch, routes = installed(spark)
