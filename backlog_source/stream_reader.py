@@ -105,7 +105,12 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next batch, under the budget Spark's ``limit`` stands for
         (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
         the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
-        start_offset = self._decode(start)
+        with step_timings.step("driver.latestOffset"):
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
+        with step_timings.step("driver.latestOffset.decode"):
+            start_offset = self._decode(start)
         if start != self._initial:
             self._commit_to_group(start)  # the end of the last batch Spark committed
         budget = ReadBudget.from_limit(limit, self._driver_settings(), driver_heap_bytes())
@@ -113,13 +118,15 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Returning the very dict Spark gave us tells it there is nothing new to run.
         if end == start_offset:
             return start
-        encoded = offset_codec.encode(end)
+        with step_timings.step("driver.latestOffset.encode"):
+            encoded = offset_codec.encode(end)
         self._keep(encoded, end)
         return encoded
 
     def reportLatestOffset(self) -> dict | None:
-        latest = self.enumerator.report_latest()
-        return to_nested(latest) if latest else None
+        with step_timings.step("driver.reportLatestOffset"):
+            latest = self.enumerator.report_latest()
+            return to_nested(latest) if latest else None
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.enumerator.prepare_for_available_now()
