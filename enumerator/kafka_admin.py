@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,7 +38,8 @@ from typing import Generic, Protocol, TypeVar
 
 from confluent_kafka import IsolationLevel as KafkaIsolation
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.cimpl import _AdminClientImpl
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import BacklogSourceError, ConfigError, KafkaUnavailableError
@@ -219,14 +221,15 @@ class KafkaAdmin:
 
     def __init__(self, kafka: KafkaClientConfig, policy: RequestPolicy = RequestPolicy(), *,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 admin_factory: Callable[[dict], AdminClient] = AdminClient) -> None:
-        """``clock``, ``sleep`` and ``admin_factory`` are replaced by unit tests only."""
+                 admin_factory: Callable[[dict], "OffsetsAdminClient"] | None = None) -> None:
+        """``clock``, ``sleep`` and ``admin_factory`` are replaced by unit tests only
+        (``admin_factory`` None: :class:`OffsetsAdminClient`)."""
         self._kafka = kafka
         self._policy = policy
         self._clock = clock
         self._sleep = sleep
-        self._admin_factory = admin_factory
-        self._admin: AdminClient | None = None
+        self._admin_factory = admin_factory if admin_factory is not None else OffsetsAdminClient
+        self._admin: OffsetsAdminClient | None = None
         self._failure: _LastFailure | None = None
 
     @classmethod
@@ -237,7 +240,7 @@ class KafkaAdmin:
         # A live AdminClient cannot be pickled; a copy reconnects on first use.
         return {**self.__dict__, "_admin": None, "_failure": None}
 
-    def _client(self) -> AdminClient:
+    def _client(self) -> "OffsetsAdminClient":
         if self._admin is None:
             self._failure = _LastFailure()
             try:
@@ -421,10 +424,10 @@ class KafkaAdmin:
         return self._call(f"describing {_topics_text(names)}", request)
 
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
-        return self._list_offsets("fetching earliest offsets", {b: OffsetSpec.earliest() for b in buckets})
+        return self._list_offsets("fetching earliest offsets", dict.fromkeys(buckets, _EARLIEST))
 
     def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
-        specs = {b: OffsetSpec.latest() for b in buckets}
+        specs = dict.fromkeys(buckets, _LATEST)
         latest = self._list_offsets("fetching latest offsets", specs)
         for attempt in range(1, self._policy.num_retries + 1):
             behind = sorted(f"{b} (read to {known[b]}, log end {o})" for b, o in latest.items()
@@ -439,14 +442,15 @@ class KafkaAdmin:
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
         found = self._list_offsets(
-            "fetching offsets for timestamps", {b: OffsetSpec.for_timestamp(ts) for b, ts in timestamps.items()},
+            "fetching offsets for timestamps", {b: int(ts) for b, ts in timestamps.items()},
             lowest=-1,
         )
         # Kafka answers -1 when no record has a timestamp >= the one asked for.
         return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
 
-    def _list_offsets(self, what: str, specs: Mapping[Bucket, OffsetSpec], lowest: int = 0) -> dict[Bucket, int]:
-        """One ListOffsets request for ``specs`` (per broker; made of calls of at most
+    def _list_offsets(self, what: str, specs: Mapping[Bucket, int], lowest: int = 0) -> dict[Bucket, int]:
+        """One ListOffsets request for ``specs`` (what to ask of each bucket: :data:`_LATEST`,
+        :data:`_EARLIEST` or a timestamp in ms; per broker, made of calls of at most
         :data:`_OFFSETS_PER_CALL` partitions, all in flight at once). An answer below
         ``lowest`` is a failed attempt (:class:`~backlog_source.core.kafka_answers.NoValidOffsets`),
         retried like any other: taken for a log end, a timed-out request's -1001 reads as offsets moving
@@ -464,16 +468,11 @@ class KafkaAdmin:
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
                 admin = self._client()  # keep referenced until the futures resolve
-                asked = list(specs.items())
-                futures: dict[TopicPartition, Future] = {}
-                for first in range(0, len(asked), _OFFSETS_PER_CALL):  # all sent before any is awaited
-                    call = asked[first:first + _OFFSETS_PER_CALL]
-                    futures.update(admin.list_offsets(
-                        {TopicPartition(b.topic, b.partition): spec for b, spec in call},
-                        isolation_level=isolation,
-                        request_timeout=timeout_s,
-                    ))
-                answers = _offsets_of(futures, timeout_s, self._kafka)
+                asked = [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()]
+                calls = [admin.list_offsets_at_once(asked[first:first + _OFFSETS_PER_CALL], isolation_level=isolation,
+                                                    request_timeout=timeout_s)
+                         for first in range(0, len(asked), _OFFSETS_PER_CALL)]  # all sent before any is awaited
+                answers = _offsets_of(calls, timeout_s, self._kafka)
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
                     self._raise_if_changed(specs.keys(), timeout_s, unknown_before)
@@ -576,10 +575,37 @@ class KafkaAdmin:
         self._call(f"waiting for the leaders of the new topic {topic!r}", request)
 
 
-#: The most partitions one AdminClient ``list_offsets`` call names. librdkafka merges each
-#: broker's answer into the call's result with a linear search per partition, so one call's
-#: cost grows with the square of its partitions; calls of this size, sent together, keep it
-#: linear at the price of one more request per broker per call.
+#: What ListOffsets asks of a partition other than a timestamp (Kafka's protocol values).
+_LATEST, _EARLIEST = -1, -2
+
+
+class OffsetsAdminClient(AdminClient):
+    """confluent-kafka's AdminClient with ListOffsets answered by one future per call.
+
+    ``AdminClient.list_offsets`` makes a ``concurrent.futures.Future`` per partition and
+    resolves each from the call's one answer: at a thousand partitions that Python work cost
+    more than the request itself, on the path of every batch's plan. This sends the same
+    request (the method ``list_offsets`` calls after it has checked its arguments) with one
+    future for the whole call."""
+
+    def list_offsets_at_once(self, topic_partitions: list[TopicPartition], *, isolation_level: KafkaIsolation,
+                             request_timeout: float) -> Future:
+        """One ListOffsets call for ``topic_partitions`` (each with its ``offset`` set to what
+        to ask: :data:`_LATEST`, :data:`_EARLIEST` or a timestamp in ms). Its future's result
+        maps each ``TopicPartition`` to a ``ListOffsetsResultInfo`` or to the ``KafkaError``
+        that partition failed with; a call that failed as a whole raises its
+        ``KafkaException`` from ``result()``."""
+        answer: Future = Future()
+        answer.set_running_or_notify_cancel()
+        _AdminClientImpl.list_offsets(self, topic_partitions, answer, isolation_level_value=isolation_level.value,
+                                      request_timeout=request_timeout)
+        return answer
+
+
+#: The most partitions one ListOffsets call (:meth:`OffsetsAdminClient.list_offsets_at_once`)
+#: names. librdkafka merges each broker's answer into the call's result with a linear search
+#: per partition, so one call's cost grows with the square of its partitions; calls of this
+#: size, sent together, keep it linear at the price of one more request per broker per call.
 _OFFSETS_PER_CALL = 500
 #: How often a request in flight looks at what librdkafka's error callback and log reported.
 _WATCH_S = 0.2
@@ -603,17 +629,44 @@ class _Attempt(Generic[T]):
     failure: str | None = None
 
 
+class _RequestThreads:
+    """The daemon threads requests run on (:class:`_InFlight`), each kept once idle for the
+    next request: starting a thread per request cost milliseconds on a loaded driver, twice or
+    three times in every batch's plan. A thread is started only when none is idle, so there
+    are as many as requests were ever in flight at once (one, unless a request was left to end
+    on its own). Never stopped: daemon threads, waiting on a queue."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one release per thread waiting for a task
+        self.started = 0  # threads started so far
+
+    def run(self, task: Callable[[], None]) -> None:
+        """Run ``task`` (which must not raise) on an idle thread, or on a new one."""
+        self._tasks.put(task)
+        if not self._idle.acquire(blocking=False):
+            self.started += 1
+            threading.Thread(target=self._serve, name="backlog-kafka-request", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._tasks.get()()
+            self._idle.release()
+
+
+_REQUEST_THREADS = _RequestThreads()
+
+
 class _InFlight(Generic[T]):
-    """One request running on its own daemon thread: :meth:`wait` for it, then :meth:`result`.
-    A request its caller stopped waiting for ends on its own, bounded by its timeout; what it
-    answers or raises then is dropped."""
+    """One request running on a daemon thread of its own (:class:`_RequestThreads`):
+    :meth:`wait` for it, then :meth:`result`. A request its caller stopped waiting for ends on
+    its own, bounded by its timeout; what it answers or raises then is dropped."""
 
     def __init__(self, request: Callable[[float], T], timeout_s: float) -> None:
         self._done = threading.Event()
         self._answer: T | None = None
         self._error: BaseException | None = None
-        threading.Thread(target=self._run, args=(request, timeout_s), name="backlog-kafka-request",
-                         daemon=True).start()
+        _REQUEST_THREADS.run(lambda: self._run(request, timeout_s))
 
     def _run(self, request: Callable[[float], T], timeout_s: float) -> None:
         try:
@@ -634,20 +687,20 @@ class _InFlight(Generic[T]):
         return self._answer  # type: ignore[return-value]
 
 
-def _offsets_of(futures: Mapping[TopicPartition, Future], timeout_s: float,
-                kafka: KafkaClientConfig) -> dict[Bucket, int]:
-    """The offset each ListOffsets future answered. Raises :class:`AccessRefusedError` naming
-    the topic whose DESCRIBE an ACL refused (what ListOffsets needs), the future's
-    ``KafkaException`` otherwise."""
+def _offsets_of(calls: list[Future], timeout_s: float, kafka: KafkaClientConfig) -> dict[Bucket, int]:
+    """The offset each partition of the ListOffsets ``calls`` (:meth:`OffsetsAdminClient.list_offsets_at_once`)
+    answered. Raises the ``KafkaException`` of a call that failed as a whole or of the first
+    partition that failed, :class:`AccessRefusedError` naming the topic whose DESCRIBE an ACL
+    refused (what ListOffsets needs)."""
     answers = {}
-    for tp, future in futures.items():
-        try:
-            answers[Bucket(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
-        except KafkaException as exc:
-            if _error_code(exc) != KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise
-            raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, _error_text(exc), topic=tp.topic,
-                                 operation="DESCRIBE") from None
+    for call in calls:
+        for tp, answer in call.result(timeout=timeout_s).items():
+            if isinstance(answer, KafkaError):
+                if answer.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaException(answer)
+                raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, answer.str(), topic=tp.topic,
+                                     operation="DESCRIBE") from None
+            answers[Bucket(tp.topic, tp.partition)] = answer.offset
     return answers
 
 

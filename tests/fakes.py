@@ -764,8 +764,17 @@ class FakeAdmin:
             raise entry
         return entry(*args)
 
-    def list_offsets(self, topic_partition_offsets, isolation_level, request_timeout):
-        return self._next("list_offsets", request_timeout, topic_partition_offsets)
+    def list_offsets_at_once(self, topic_partitions, *, isolation_level, request_timeout):
+        """The scripted answer (one future per partition, as ``AdminClient.list_offsets``
+        answers) as one future for the call: each partition's result, or its ``KafkaError``."""
+        per_partition = self._next("list_offsets", request_timeout, topic_partitions)
+        answers = {}
+        for tp, answer in per_partition.items():
+            error = answer.exception()
+            if error is not None and not isinstance(error, KafkaException):
+                return future(error=error)  # the call failed as a whole
+            answers[tp] = error.args[0] if error is not None else answer.result()
+        return future(answers)
 
     def describe_topics(self, topics, request_timeout, include_authorized_operations=False):
         return self._next("describe_topics", request_timeout, topics)

@@ -9,7 +9,6 @@ import inspect
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 from pyspark.sql.connect.streaming.query import StreamingQuery as ConnectStreamingQuery
 from pyspark.sql.connect.streaming.query import StreamingQueryListenerBus as ConnectListenerBus
 from pyspark.sql.connect.streaming.query import StreamingQueryManager as ConnectStreamingQueryManager
@@ -17,7 +16,7 @@ from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as Connect
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from backlog_source.enumerator.group_commits import GroupOffsetsClient, KafkaGroupOffsets
-from backlog_source.enumerator.kafka_admin import KafkaAdmin, OffsetsClient
+from backlog_source.enumerator.kafka_admin import KafkaAdmin, OffsetsAdminClient, OffsetsClient
 from backlog_source.enumerator.record_sizes import KafkaRecordSizes, RecordSizes
 from backlog_source.events.control_topic import ControlTopic, ControlTopicReader
 from backlog_source.mode_switch.controller import BacklogAwareQuery
@@ -33,7 +32,7 @@ PAIRS = [
     (fakes.RecordingControlReader, (ControlTopicReader,), set()),
     (fakes.FakeConsumer, (Consumer,), set()),
     (fakes.FakeProducer, (Producer,), set()),
-    (fakes.FakeAdmin, (AdminClient,), {"report_error", "report_log"}),
+    (fakes.FakeAdmin, (OffsetsAdminClient,), {"report_error", "report_log"}),
     (fakes.FakeGroupOffsets, (GroupOffsetsClient, KafkaGroupOffsets), set()),
     (fakes.FakeQuery, (StreamingQuery,), set()),
     (fakes.FakeWriter, (DataStreamWriter,), set()),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,14 @@ from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
-from backlog_source.enumerator.kafka_admin import KafkaAdmin, RequestPolicy, TopicsDeletedError, TopicsRecreatedError
+from backlog_source.enumerator.kafka_admin import (
+    KafkaAdmin,
+    RequestPolicy,
+    TopicsDeletedError,
+    TopicsRecreatedError,
+    _REQUEST_THREADS,
+    _RequestThreads,
+)
 from backlog_source.events.control_topic import TopicNotCreatedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
 
@@ -123,6 +131,17 @@ def test_a_fast_failure_is_asked_again_inside_its_attempt_after_a_growing_backof
     assert clock.slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
     timeouts = [timeout for _, timeout in admin.requests]
     assert timeouts[0] == pytest.approx(7.5) and timeouts[-1] == pytest.approx(7.5 - sum(clock.slept))
+
+
+def test_one_partition_failing_in_a_call_answered_as_a_whole_fails_the_request_and_it_is_asked_again():
+    """A call's one future carries each partition's answer or error: a partition whose leader
+    moved fails the request (never an offset taken from the others alone), asked again."""
+    not_leader = failed(KafkaError.NOT_LEADER_FOR_PARTITION, "Broker: Not leader for partition")
+    offsets_client, admin, _ = client([lambda specs: {tp: future(error=not_leader) if tp.partition == 1
+                                                      else future(SimpleNamespace(offset=5)) for tp in specs},
+                                       offsets({A0: 5, A1: 7})])
+    assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
+    assert [what for what, _ in admin.requests] == ["list_offsets"] * 2
 
 
 def test_fast_failures_for_the_whole_deadline_use_the_retries_and_end_within_it():
@@ -299,15 +318,16 @@ def test_a_request_that_answered_while_a_refusal_was_reported_keeps_its_answer()
     Kafka answered is the truth. Made deterministic: the report is served on the watching
     thread, and the request has ended by the time the watch looks at it again."""
     offsets_client, admin, _ = client([])
-    release, request_threads = threading.Event(), []
+    release, idle_before = threading.Event(), []
 
     def refusal_then_answer():  # served by the watch's poll, after its wait ran out
         admin.config["error_cb"](KafkaError(*WRONG_PASSWORD))
         release.set()
-        request_threads[0].join(30)
+        # The request's thread is idle again (one more than while it ran): the request has ended.
+        assert wait_until(lambda: _REQUEST_THREADS._idle._value > idle_before[0]), "the request never ended"
 
     def answered_as_the_refusal_came(specs):
-        request_threads.append(threading.current_thread())
+        idle_before.append(_REQUEST_THREADS._idle._value)
         admin.reports.append(refusal_then_answer)
         assert release.wait(30), "the watch never served the report"
         return offsets({A0: 4})(specs)
@@ -529,3 +549,39 @@ def test_authorized_operations_of_a_topic_this_client_may_not_describe_is_a_desc
     error = raised.value
     assert (error.refusal, error.topic, error.operation) == (Refusal.TOPIC_AUTHORIZATION, "_events", "DESCRIBE")
     assert SECRET not in str(error)
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> bool:
+    """Whether ``condition()`` became true within ``timeout_s`` (polled every millisecond)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_requests_run_on_kept_threads_and_one_left_running_does_not_hold_up_the_next():
+    """A thread per request cost milliseconds of every plan on a loaded driver: an idle thread
+    takes the next request. One still running (left to end on its own after a refusal) gets
+    a second thread beside it, never a queue behind it."""
+    threads = _RequestThreads()
+    held, released, ran = threading.Event(), threading.Event(), []
+
+    def until_idle(count: int) -> None:
+        # The threads' own count of themselves idle.
+        assert wait_until(lambda: threads._idle._value >= count), "request threads did not become idle"
+
+    threads.run(lambda: (held.set(), released.wait(10)))
+    assert held.wait(10)
+    done = threading.Event()
+    threads.run(lambda: (ran.append(threading.current_thread()), done.set()))
+    assert done.wait(10) and threads.started == 2  # answered while the first is still held
+    released.set()
+    until_idle(2)
+    for _ in range(20):
+        done.clear()
+        threads.run(lambda: (ran.append(threading.current_thread()), done.set()))
+        assert done.wait(10)
+        until_idle(2)
+    assert threads.started == 2 and len(set(ran)) <= 2 and all(t.daemon for t in ran)
