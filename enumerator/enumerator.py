@@ -12,7 +12,8 @@ as long as the run; anything that must survive a restart is in the offset dict
    event, or by position), and their spans end; a catch-up batch's size reports are
    collected for the next plan.
 2. :meth:`_refresh`: the subscription now, deleted, re-created (a changed topic id), vanished
-   and new buckets, the latest offsets (one ListOffsets request) and offsets that moved
+   and new buckets, the latest offsets (one ListOffsets request, sent while the listing is
+   asked and used when it finds the buckets already read unchanged) and offsets that moved
    backwards, under ``failOnDataLoss``.
 3. :meth:`_enter_backlog`: boundaries for new and reset buckets, for every lagging bucket
    when this is a restart on an existing checkpoint, and on re-entry.
@@ -295,6 +296,10 @@ class Enumerator:
 
     def _refresh_once(self, start: SourceOffset, deleted: set[str]) -> View:
         positions = dict(start.positions)
+        # The log ends of the buckets already read are asked while the listing is: used only
+        # when the listing finds exactly those buckets under the same topic ids, which it would
+        # have found had it come first, so the two requests cost one round trip instead of two.
+        sent = self._client.send_latest_offsets(positions.keys()) if positions else None
         with step_timings.step("driver.refresh.subscription"):
             covered = self._subscription.covered()
         topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}
@@ -316,7 +321,9 @@ class Enumerator:
         with step_timings.step("driver.refresh.latest_offsets"):
             # Audited against the positions already read: a log end below one is asked again
             # before it counts as data loss.
-            latest = self._client.latest_offsets(read_from.keys(), known=positions) if read_from else {}
+            unchanged = not recreated and not gone and not new
+            latest = self._client.latest_offsets(read_from.keys(), known=positions,
+                                                 sent=sent if unchanged else None) if read_from else {}
         if target is not None:
             self._verify_available_now(target, latest, [b for b in gone if b in target],
                                        [b for b in recreated if topic_ids[b.topic] != self._available_now_topic_ids.get(b.topic)])

@@ -135,13 +135,22 @@ class OffsetsClient(Protocol):
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         """The first available offset of each bucket."""
 
-    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+    def send_latest_offsets(self, buckets: Iterable[Bucket]) -> "object | None":
+        """Ask for the log end offsets of ``buckets`` now, without waiting for the answer: a
+        handle for :meth:`latest_offsets` (``sent``), which takes that answer for its first
+        attempt when it is asked about exactly these buckets. None when nothing could be sent
+        (the request proper then reports why). A handle never used is dropped; its request
+        ends on its own."""
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None,
+                       sent: "object | None" = None) -> dict[Bucket, int]:
         """The log end offset of each bucket: the high watermark, or the last stable offset
         under ``isolation.level=read_committed``. With ``known`` (offsets this query already
         reached), an answer below one of them is asked again ``fetchOffset.numRetries``
         times before it is returned: a log end moving backwards means lost records, so it
         must be what the broker says, not a stale answer (Spark's ``fetchLatestOffsets``
-        audits the same way, for KAFKA-7703)."""
+        audits the same way, for KAFKA-7703). ``sent``: a :meth:`send_latest_offsets`
+        handle, whose answer is the first attempt's if it asked about the same buckets."""
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
         """The first offset whose timestamp is >= the given one, or None when there is none."""
@@ -426,9 +435,20 @@ class KafkaAdmin:
     def earliest_offsets(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         return self._list_offsets("fetching earliest offsets", dict.fromkeys(buckets, _EARLIEST))
 
-    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+    def send_latest_offsets(self, buckets: Iterable[Bucket]) -> "_Sent | None":
         specs = dict.fromkeys(buckets, _LATEST)
-        latest = self._list_offsets("fetching latest offsets", specs)
+        if not specs:
+            return None
+        try:
+            admin = self._client()
+            return _Sent(frozenset(specs), admin, self._send_offsets(admin, specs, self._first_attempt_s()))
+        except (KafkaException, ConfigError):
+            return None  # sending early only saves time: the request proper raises what is wrong
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None,
+                       sent: "_Sent | None" = None) -> dict[Bucket, int]:
+        specs = dict.fromkeys(buckets, _LATEST)
+        latest = self._list_offsets("fetching latest offsets", specs, sent=sent)
         for attempt in range(1, self._policy.num_retries + 1):
             behind = sorted(f"{b} (read to {known[b]}, log end {o})" for b, o in latest.items()
                             if known and b in known and o < known[b])
@@ -448,30 +468,29 @@ class KafkaAdmin:
         # Kafka answers -1 when no record has a timestamp >= the one asked for.
         return {bucket: (offset if offset >= 0 else None) for bucket, offset in found.items()}
 
-    def _list_offsets(self, what: str, specs: Mapping[Bucket, int], lowest: int = 0) -> dict[Bucket, int]:
+    def _list_offsets(self, what: str, specs: Mapping[Bucket, int], lowest: int = 0,
+                      sent: "_Sent | None" = None) -> dict[Bucket, int]:
         """One ListOffsets request for ``specs`` (what to ask of each bucket: :data:`_LATEST`,
         :data:`_EARLIEST` or a timestamp in ms; per broker, made of calls of at most
         :data:`_OFFSETS_PER_CALL` partitions, all in flight at once). An answer below
         ``lowest`` is a failed attempt (:class:`~backlog_source.core.kafka_answers.NoValidOffsets`),
         retried like any other: taken for a log end, a timed-out request's -1001 reads as offsets moving
-        backwards, i.e. false data loss, or a rewind to the earliest offset."""
+        backwards, i.e. false data loss, or a rewind to the earliest offset. ``sent``: calls
+        :meth:`send_latest_offsets` sent earlier, the first attempt's if they asked about these
+        buckets."""
         if not specs:
             return {}
-        isolation = (
-            KafkaIsolation.READ_COMMITTED
-            if self._kafka.isolation_level is IsolationLevel.READ_COMMITTED
-            else KafkaIsolation.READ_UNCOMMITTED
-        )
-
         unknown_before: set[str] = set()  # the topics unknown at this call's last check
+        early = [sent] if sent is not None and sent.buckets == frozenset(specs) else []
 
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
-                admin = self._client()  # keep referenced until the futures resolve
-                asked = [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()]
-                calls = [admin.list_offsets_at_once(asked[first:first + _OFFSETS_PER_CALL], isolation_level=isolation,
-                                                    request_timeout=timeout_s)
-                         for first in range(0, len(asked), _OFFSETS_PER_CALL)]  # all sent before any is awaited
+                if early:
+                    sent_early = early.pop()  # the first attempt only
+                    calls = sent_early.calls
+                else:
+                    admin = self._client()  # keep referenced until the futures resolve
+                    calls = self._send_offsets(admin, specs, timeout_s)
                 answers = _offsets_of(calls, timeout_s, self._kafka)
             except KafkaException as exc:
                 if _error_code(exc) in _MAYBE_DELETED:
@@ -480,6 +499,24 @@ class KafkaAdmin:
             return dict(check_offsets(answers, lowest))
 
         return self._call(what, request)
+
+    def _send_offsets(self, admin: "OffsetsAdminClient", specs: Mapping[Bucket, int], timeout_s: float) -> list[Future]:
+        """The ListOffsets calls for ``specs`` (at most :data:`_OFFSETS_PER_CALL` partitions
+        each), all sent before any is awaited."""
+        isolation = (
+            KafkaIsolation.READ_COMMITTED
+            if self._kafka.isolation_level is IsolationLevel.READ_COMMITTED
+            else KafkaIsolation.READ_UNCOMMITTED
+        )
+        asked = [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()]
+        return [admin.list_offsets_at_once(asked[first:first + _OFFSETS_PER_CALL], isolation_level=isolation,
+                                           request_timeout=timeout_s)
+                for first in range(0, len(asked), _OFFSETS_PER_CALL)]
+
+    def _first_attempt_s(self) -> float:
+        """The first attempt's share of the deadline (:meth:`_call`)."""
+        total = self._policy.timeout_ms / 1000
+        return max(total / (self._policy.num_retries + 1), min(total, _MIN_ATTEMPT_S))
 
     def _raise_if_changed(self, buckets: Iterable[Bucket], timeout_s: float, unknown_before: set[str]) -> None:
         """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
@@ -618,6 +655,16 @@ _MIN_ATTEMPT_S = 2.0
 #: The first wait before a request that failed fast is asked again inside its attempt, and the
 #: longest (the Java client's retry.backoff.ms and retry.backoff.max.ms defaults).
 _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """ListOffsets calls :meth:`KafkaAdmin.send_latest_offsets` sent: the buckets asked about,
+    the client that sent them (kept referenced until they resolve) and their futures."""
+
+    buckets: frozenset[Bucket]
+    admin: "OffsetsAdminClient"
+    calls: list[Future]
 
 
 @dataclass(frozen=True)

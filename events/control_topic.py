@@ -312,7 +312,7 @@ class ControlTopicAdmin(Protocol):
     def authorized_operations(self, topic: str) -> frozenset[str] | None:
         """The ACL operations Kafka allows this client on ``topic``; None when it does not say."""
 
-    def latest_offsets(self, buckets: Iterable[Bucket], known=None) -> dict[Bucket, int]: ...
+    def latest_offsets(self, buckets: Iterable[Bucket], known=None, sent=None) -> dict[Bucket, int]: ...
 
 
 class TopicChange(TextEnum):

@@ -46,6 +46,7 @@ class FakeOffsetsClient:
     #: The ACL operations a topic allows this client (KIP-430); a topic not here: Kafka does not say.
     operations: dict[str, frozenset[str]] = field(default_factory=dict)
     closed: int = 0
+    sent_used: int = 0  # latest_offsets calls answered by what send_latest_offsets sent
 
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         self.calls.append("partition_counts")
@@ -68,9 +69,26 @@ class FakeOffsetsClient:
         self.calls.append("earliest_offsets")
         return {b: self._pair(b)[0] for b in buckets}
 
-    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None) -> dict[Bucket, int]:
+    def send_latest_offsets(self, buckets: Iterable[Bucket]) -> tuple[frozenset[Bucket], dict[Bucket, int] | None] | None:
+        """The handle: the buckets asked about and their log ends now (what Kafka answers at
+        once, while the caller goes on); None for the answer when one of them no longer exists
+        (Kafka fails that request, and the request proper asks again)."""
+        self.calls.append("send_latest_offsets")
+        asked = frozenset(buckets)
+        exist = all(b.topic in self.topics and b.partition < len(self.topics[b.topic]) for b in asked)
+        return (asked, self._log_ends(asked) if exist else None) if asked else None
+
+    def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None,
+                       sent: tuple[frozenset[Bucket], dict[Bucket, int] | None] | None = None) -> dict[Bucket, int]:
         self.calls.append("latest_offsets")
         self.audited_against.append(None if known is None else dict(known))
+        asked = frozenset(buckets)
+        if sent is not None and sent[0] == asked and sent[1] is not None:
+            self.sent_used += 1
+            return dict(sent[1])
+        return self._log_ends(asked)
+
+    def _log_ends(self, buckets: Iterable[Bucket]) -> dict[Bucket, int]:
         return {b: self.stable.get(b, self._pair(b)[1]) for b in buckets}
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:

@@ -186,6 +186,42 @@ def test_a_topic_recreated_past_the_positions_read_is_found_by_its_topic_id_and_
     assert end.boundaries == {A0: 150, A1: 80}  # a new topic read from its start is in backlog
 
 
+class RecreatedWhileListed(FakeOffsetsClient):
+    """The topic is re-created after the log ends were sent for and before the listing
+    answers (``recreate_on_listing``)."""
+
+    recreate_on_listing: tuple | None = None
+
+    def describe_topics(self, topics):
+        if self.recreate_on_listing is not None:
+            self.recreate(*self.recreate_on_listing)
+            self.recreate_on_listing = None
+        return super().describe_topics(topics)
+
+
+def test_log_ends_sent_for_with_the_listing_are_taken_only_when_the_listing_finds_the_same_buckets_and_topics():
+    """The latest offsets of the buckets already read are asked while the listing is (one
+    round trip, not two). Their answer stands for the batch only when the listing finds what
+    it would have found first: the same buckets of the same topics. A topic re-created in
+    between has the same buckets under a new id: asked again, its new log ends are read."""
+    client = RecreatedWhileListed(topics={"a": [(0, 100), (10, 50)]})
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "backlog.minPollIntervalMs": "0",
+                              "failOnDataLoss": "false"})
+    enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes())
+    start = enumerator.initial_offset()
+    client.append("a", 0, 5)
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert end.positions == {A0: 105, A1: 50} and client.sent_used == 1
+    client.recreate_on_listing = ("a", [(0, 150), (0, 80)])
+    after = enumerator.latest_offset(end, ReadBudget())
+    assert client.calls[-4:] == ["send_latest_offsets", "describe_topics", "earliest_offsets", "latest_offsets"]
+    assert client.sent_used == 1 and after.starts == {A0: 0, A1: 0} and after.positions == {A0: 150, A1: 80}
+    client.append("a", 1, 7)
+    client.topics["a"].append((0, 4))  # a partition added while listed: asked again with it
+    latest = enumerator.latest_offset(after, ReadBudget())
+    assert client.sent_used == 1 and latest.positions == {A0: 150, A1: 87, Bucket("a", 2): 4}
+
+
 def test_a_checkpoint_without_topic_ids_learns_them_at_the_next_batch():
     enumerator, client = make()
     start = enumerator.initial_offset()
@@ -201,11 +237,11 @@ class DeletedDuringPlan(FakeOffsetsClient):
 
     deleted: str = ""
 
-    def latest_offsets(self, buckets, known=None):
+    def latest_offsets(self, buckets, known=None, sent=None):
         if any(b.topic == self.deleted for b in buckets):
             self.topics.pop(self.deleted, None)
             raise TopicsDeletedError([self.deleted])
-        return super().latest_offsets(buckets, known)
+        return super().latest_offsets(buckets, known, sent)
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
@@ -231,13 +267,13 @@ class RecreatedDuringPlan(FakeOffsetsClient):
 
     recreate_on_ask: tuple | None = None
 
-    def latest_offsets(self, buckets, known=None):
+    def latest_offsets(self, buckets, known=None, sent=None):
         if self.recreate_on_ask is not None:
             topic, pairs = self.recreate_on_ask
             self.recreate_on_ask = None
             self.recreate(topic, pairs)
             raise TopicsRecreatedError([topic])
-        return super().latest_offsets(buckets, known)
+        return super().latest_offsets(buckets, known, sent)
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
@@ -608,7 +644,8 @@ def test_ten_thousand_partitions_cost_a_few_requests_per_batch_and_no_per_bucket
         calls, reads, asked = len(client.calls), control.reads, len(sizes.asked)
         del merges[:]
         end = offset_codec.decode(offset_codec.encode(enumerator.latest_offset(start, budget)))
-        assert client.calls[calls:] == ["topic_names", "describe_topics", "latest_offsets"]
+        # The log ends are sent for while the topics are listed, and that answer is taken.
+        assert client.calls[calls:] == ["send_latest_offsets", "topic_names", "describe_topics", "latest_offsets"]
         assert control.reads - reads <= 1 and len(sizes.asked) - asked <= 1 and len(merges) <= 5
         splits = plan_splits(end.reads_since(start), settings)
         assert sum(s.records for s in splits) == sum(end.positions.values()) - sum(start.positions.values())
@@ -618,7 +655,8 @@ def test_ten_thousand_partitions_cost_a_few_requests_per_batch_and_no_per_bucket
     assert batches == 2 and set(start.positions.values()) == {20}
     calls = len(client.calls)
     assert enumerator.latest_offset(start, budget) is start  # caught up: nothing to read
-    assert client.calls[calls:] == ["topic_names", "describe_topics", "latest_offsets"]
+    assert client.calls[calls:] == ["send_latest_offsets", "topic_names", "describe_topics", "latest_offsets"]
+    assert client.sent_used == batches + 1
 
 
 # -- without a control topic: refused by the cluster's ACLs, or backlog.eventsTopic=none (issue 48)

@@ -60,6 +60,24 @@ def test_many_partitions_are_asked_in_calls_of_bounded_size_sent_together():
     assert sizes == [500, 500, 1] and [what for what, _ in admin.requests] == ["list_offsets"] * 3
 
 
+def test_offsets_sent_early_are_the_first_attempt_of_the_request_for_the_same_buckets_only():
+    """``send_latest_offsets`` sends the request and returns at once; ``latest_offsets`` then
+    takes its answer instead of asking again, for the same buckets. Asked about others, or
+    when the early answer failed, it asks (and retries) as ever."""
+    not_leader = failed(KafkaError.NOT_LEADER_FOR_PARTITION, "Broker: Not leader for partition")
+    answered_not_leader = lambda specs: {tp: future(error=not_leader) for tp in specs}  # noqa: E731
+    offsets_client, admin, _ = client([offsets({A0: 5, A1: 7}), offsets({A0: 6}), answered_not_leader,
+                                       offsets({A0: 8, A1: 9})])
+    sent = offsets_client.send_latest_offsets([A0, A1])
+    assert [what for what, _ in admin.requests] == ["list_offsets"] and admin.requests[0][1] == pytest.approx(7.5)
+    assert offsets_client.latest_offsets([A1, A0], sent=sent) == {A0: 5, A1: 7}
+    assert len(admin.requests) == 1  # the answer sent for early
+    assert offsets_client.latest_offsets([A0], sent=sent) == {A0: 6} and len(admin.requests) == 2
+    failed_early = offsets_client.send_latest_offsets([A0, A1])
+    assert offsets_client.latest_offsets([A0, A1], sent=failed_early) == {A0: 8, A1: 9}
+    assert len(admin.requests) == 4 and offsets_client.send_latest_offsets([]) is None
+
+
 def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead_of_retrying():
     """Mid-deletion, librdkafka finds no leader for the topic's partitions ("Failed to query
     partition leaders: No leaders found", _NOENT); retrying until the deadline failed the
