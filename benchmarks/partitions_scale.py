@@ -57,7 +57,7 @@ from backlog_source.demo.apache_kafka import kafka_version, start_kafka
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
 from benchmarks.harness.costs import MemorySampler, descendants
 from backlog_source.demo.topics import create_topic, produce, wait_for
-from benchmarks.harness.progress import ProgressLog, batch_ends, offset_of, step_medians, step_table
+from benchmarks.harness.progress import ProgressLog, batch_ends, offset_of, step_medians, step_table, timestamp_s
 from benchmarks.harness.record_latency import timed_latencies
 from benchmarks.harness.results import machine, results_folder, write_results
 from benchmarks.harness.runs import rotated
@@ -340,6 +340,7 @@ def run_query(spark, log: ProgressLog, bootstrap: str, source: str, shape: str, 
         "runner_after_drain_mib": runner_after_drain, "runner_peak_mib": runner.peak_mib, "runner_end_mib": runner.last_mib,
         "heap_peak_mib": heap.heap_peak_mib, "steps_p50_ms": step_medians(live),
         "planner_steps_p50_ms": planner_steps(args.timings, started, stopped),
+        "latest_offset_parts_p50_ms": latest_offset_parts(args.timings, live),
     }
 
 
@@ -354,6 +355,35 @@ def planner_steps(directory: Path, since: float, until: float) -> dict[str, floa
             if entry["step"].startswith("driver.") and since <= entry["at"] <= until:
                 steps.setdefault(entry["step"], []).append(entry["ms"])
     return {step: percentile(values, 0.5) for step, values in sorted(steps.items())}
+
+
+#: The parts of Spark's ``durationMs.latestOffset`` of one batch: the planner's steps that ran
+#: inside it (its ``latestOffset`` hook, of which the listing and the ListOffsets request, and
+#: ``reportLatestOffset``), the rest being PySpark's JVM-runner round trips (``outside``).
+LATEST_OFFSET_PARTS = {"hook": "driver.latestOffset", "listing": "driver.refresh.subscription",
+                       "list_offsets": "driver.refresh.latest_offsets", "report": "driver.reportLatestOffset"}
+
+
+def latest_offset_parts(directory: Path, batches: list[dict]) -> dict[str, float | None]:
+    """Median ms of each of :data:`LATEST_OFFSET_PARTS` within the ``latestOffset`` of each of
+    ``batches`` (progress events), matched per batch by time: the steps that started and ended
+    between the trigger's start and the end of its ``latestOffset``. Medians over all of a
+    query's calls mix in the cheaper calls that found nothing; these are the batches' own.
+    Empty for ``format("kafka")`` (no steps)."""
+    entries = [json.loads(line) for path in directory.glob("*.jsonl") for line in path.read_text().splitlines()]
+    entries = [e for e in entries if e["step"] in LATEST_OFFSET_PARTS.values()]
+    parts: dict[str, list[float]] = {}
+    for progress in batches:
+        began = timestamp_s(progress["timestamp"])
+        spent = progress["durationMs"].get("latestOffset", 0)
+        inside = [e for e in entries if began - 0.002 <= e["at"] - e["ms"] / 1000 and e["at"] <= began + spent / 1000 + 0.002]
+        if [e["step"] for e in inside].count(LATEST_OFFSET_PARTS["hook"]) != 1:
+            continue  # not told apart (the clocks' milliseconds), or no planner steps
+        timed = {part: sum(e["ms"] for e in inside if e["step"] == step) for part, step in LATEST_OFFSET_PARTS.items()}
+        timed["outside"] = spent - timed["hook"] - timed["report"]
+        for part, ms in timed.items():
+            parts.setdefault(part, []).append(ms)
+    return {part: percentile(values, 0.5) for part, values in parts.items()}
 
 
 def main() -> None:
@@ -469,6 +499,10 @@ def report(runs: dict[str, list[dict]], shapes: list[str], setup_s: dict, reques
               "Where `format(\"backlog\")`'s planner spends it (`BACKLOG_SOURCE_STEP_TIMINGS`, median ms of each "
               "step over the query, median over rounds; `driver.refresh` holds the listing and the ListOffsets, "
               "`driver.partitions` is `partitions()`):", "", *planner_table(runs), "",
+              "Spark's `latestOffset` of a batch with data after the drain, taken apart per batch (median ms, median "
+              "over rounds): the source's `latestOffset` hook, of which the listing (`subscription`) and the "
+              "ListOffsets request, its `reportLatestOffset`, and the rest (`outside`: PySpark's round trips between "
+              "the JVM and the runner, the offsets' JSON):", "", *parts_table(runs), "",
               f"The planner's requests alone, with its own client outside Spark, median ms of {ADMIN_REPEATS} "
               "(and the offset dict's encode and decode, every partition at one position):", "",
               "| shape | " + " | ".join(next(iter(requests.values()), {})) + " |",
@@ -507,6 +541,20 @@ def planner_table(runs: dict[str, list[dict]]) -> list[str]:
         if config.startswith("backlog"):
             medians = [median_and_spread([r["planner_steps_p50_ms"][step] for r in rs
                                           if r["planner_steps_p50_ms"].get(step) is not None])["median"] for step in steps]
+            lines.append(f"| {config} | " + " | ".join(fmt(m, ".1f") for m in medians) + " |")
+    return lines
+
+
+def parts_table(runs: dict[str, list[dict]]) -> list[str]:
+    parts = [*LATEST_OFFSET_PARTS, "outside"]
+    lines = ["| configuration | Spark's latestOffset | " + " | ".join(parts) + " |", "| --- |" + " ---: |" * (len(parts) + 1)]
+    for config, rs in runs.items():
+        if config.startswith("backlog"):
+            medians = [median_and_spread([r[figure] for r in rs if r.get(figure) is not None])["median"]
+                       for figure in ["latest_offset_p50_ms"]]
+            medians += [median_and_spread([r.get("latest_offset_parts_p50_ms", {}).get(part) for r in rs
+                                           if r.get("latest_offset_parts_p50_ms", {}).get(part) is not None])["median"]
+                        for part in parts]
             lines.append(f"| {config} | " + " | ".join(fmt(m, ".1f") for m in medians) + " |")
     return lines
 
