@@ -36,10 +36,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+import confluent_kafka
 from confluent_kafka import IsolationLevel as KafkaIsolation
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.cimpl import _AdminClientImpl
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import BacklogSourceError, ConfigError, KafkaUnavailableError
@@ -500,7 +500,8 @@ class KafkaAdmin:
 
         return self._call(what, request)
 
-    def _send_offsets(self, admin: "OffsetsAdminClient", specs: Mapping[Bucket, int], timeout_s: float) -> list[Future]:
+    def _send_offsets(self, admin: "OffsetsAdminClient", specs: Mapping[Bucket, int],
+                      timeout_s: float) -> "list[_OffsetsCall]":
         """The ListOffsets calls for ``specs`` (at most :data:`_OFFSETS_PER_CALL` partitions
         each), all sent before any is awaited."""
         isolation = (
@@ -509,9 +510,12 @@ class KafkaAdmin:
             else KafkaIsolation.READ_UNCOMMITTED
         )
         asked = [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()]
-        return [admin.list_offsets_at_once(asked[first:first + _OFFSETS_PER_CALL], isolation_level=isolation,
-                                           request_timeout=timeout_s)
-                for first in range(0, len(asked), _OFFSETS_PER_CALL)]
+        calls = []
+        for first in range(0, len(asked), _OFFSETS_PER_CALL):
+            call = asked[first:first + _OFFSETS_PER_CALL]
+            calls.append(_OffsetsCall(call, admin.list_offsets_at_once(call, isolation_level=isolation,
+                                                                       request_timeout=timeout_s)))
+        return calls
 
     def _first_attempt_s(self) -> float:
         """The first attempt's share of the deadline (:meth:`_call`)."""
@@ -621,9 +625,15 @@ class OffsetsAdminClient(AdminClient):
 
     ``AdminClient.list_offsets`` makes a ``concurrent.futures.Future`` per partition and
     resolves each from the call's one answer: at a thousand partitions that Python work cost
-    more than the request itself, on the path of every batch's plan. This sends the same
-    request (the method ``list_offsets`` calls after it has checked its arguments) with one
-    future for the whole call."""
+    more than the request itself (10 ms against 1 ms), on the path of every batch's plan. This
+    sends the same request through the method ``list_offsets`` itself calls once it has checked
+    its arguments (``super(AdminClient, self).list_offsets(partitions, future, **kwargs)``,
+    the same from confluent-kafka 2.4 to 2.16), with one future for the whole call. That method
+    is not public: a release where it is missing or takes other arguments gets the public
+    ``list_offsets``, its futures gathered into one (:func:`_gathered`), same answers, slower."""
+
+    #: Whether the one-future call is known not to work with the installed confluent-kafka.
+    _public_only = False
 
     def list_offsets_at_once(self, topic_partitions: list[TopicPartition], *, isolation_level: KafkaIsolation,
                              request_timeout: float) -> Future:
@@ -632,11 +642,63 @@ class OffsetsAdminClient(AdminClient):
         maps each ``TopicPartition`` to a ``ListOffsetsResultInfo`` or to the ``KafkaError``
         that partition failed with; a call that failed as a whole raises its
         ``KafkaException`` from ``result()``."""
-        answer: Future = Future()
-        answer.set_running_or_notify_cancel()
-        _AdminClientImpl.list_offsets(self, topic_partitions, answer, isolation_level_value=isolation_level.value,
-                                      request_timeout=request_timeout)
-        return answer
+        if not OffsetsAdminClient._public_only:
+            answer: Future = Future()
+            answer.set_running_or_notify_cancel()
+            try:
+                self._send_list_offsets(topic_partitions, answer, isolation_level_value=isolation_level.value,
+                                        request_timeout=request_timeout)
+                return answer
+            except (AttributeError, TypeError) as exc:  # what a changed private method raises before sending
+                OffsetsAdminClient._public_only = True
+                log.info("confluent-kafka %s: ListOffsets through its public list_offsets (%s)",
+                         confluent_kafka.version()[0], exc)
+        return _gathered(self.list_offsets(
+            {TopicPartition(tp.topic, tp.partition): _offset_spec(tp.offset) for tp in topic_partitions},
+            isolation_level=isolation_level, request_timeout=request_timeout,
+        ))
+
+    def _send_list_offsets(self, topic_partitions: list[TopicPartition], answer: Future, **kwargs: object) -> None:
+        """The request ``AdminClient.list_offsets`` sends, answered on ``answer``."""
+        super(AdminClient, self).list_offsets(topic_partitions, answer, **kwargs)  # type: ignore[misc]
+
+
+def _offset_spec(asked: int) -> OffsetSpec:
+    """The public ``OffsetSpec`` for what :meth:`OffsetsAdminClient.list_offsets_at_once` asks."""
+    if asked == _LATEST:
+        return OffsetSpec.latest()
+    if asked == _EARLIEST:
+        return OffsetSpec.earliest()
+    return OffsetSpec.for_timestamp(asked)
+
+
+def _gathered(per_partition: Mapping[TopicPartition, Future]) -> Future:
+    """One future for the public ``list_offsets``' per-partition futures, answering what
+    :meth:`OffsetsAdminClient.list_offsets_at_once` answers: each partition's result or its
+    ``KafkaError``; an error other than a ``KafkaException`` (confluent-kafka's own check of
+    the answer) fails it as a whole."""
+    gathered: Future = Future()
+    gathered.set_running_or_notify_cancel()
+    answers: dict[TopicPartition, object] = {}
+    lock = threading.Lock()
+
+    def one_done(tp: TopicPartition, done: Future) -> None:
+        error = done.exception()
+        with lock:
+            if gathered.done():
+                return
+            if error is not None and not isinstance(error, KafkaException):
+                gathered.set_exception(error)
+                return
+            answers[tp] = error.args[0] if error is not None else done.result()
+            if len(answers) == len(per_partition):
+                gathered.set_result(answers)
+
+    if not per_partition:
+        gathered.set_result({})
+    for tp, answer in per_partition.items():
+        answer.add_done_callback(lambda done, tp=tp: one_done(tp, done))
+    return gathered
 
 
 #: The most partitions one ListOffsets call (:meth:`OffsetsAdminClient.list_offsets_at_once`)
@@ -658,13 +720,21 @@ _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
 
 
 @dataclass(frozen=True)
+class _OffsetsCall:
+    """One ListOffsets call: the partitions it asked about and its one future."""
+
+    asked: list[TopicPartition]
+    answer: Future
+
+
+@dataclass(frozen=True)
 class _Sent:
     """ListOffsets calls :meth:`KafkaAdmin.send_latest_offsets` sent: the buckets asked about,
     the client that sent them (kept referenced until they resolve) and their futures."""
 
     buckets: frozenset[Bucket]
     admin: "OffsetsAdminClient"
-    calls: list[Future]
+    calls: list[_OffsetsCall]
 
 
 @dataclass(frozen=True)
@@ -734,21 +804,32 @@ class _InFlight(Generic[T]):
         return self._answer  # type: ignore[return-value]
 
 
-def _offsets_of(calls: list[Future], timeout_s: float, kafka: KafkaClientConfig) -> dict[Bucket, int]:
-    """The offset each partition of the ListOffsets ``calls`` (:meth:`OffsetsAdminClient.list_offsets_at_once`)
-    answered. Raises the ``KafkaException`` of a call that failed as a whole or of the first
-    partition that failed, :class:`AccessRefusedError` naming the topic whose DESCRIBE an ACL
-    refused (what ListOffsets needs)."""
+def _offsets_of(calls: "list[_OffsetsCall]", timeout_s: float, kafka: KafkaClientConfig) -> dict[Bucket, int]:
+    """The offset each partition of the ListOffsets ``calls`` answered. Raises the
+    ``KafkaException`` of a call that failed as a whole or of the first partition that failed,
+    :class:`AccessRefusedError` naming the topic whose DESCRIBE an ACL refused (what ListOffsets
+    needs), :class:`IncompleteOffsetsAnswer` when an answer leaves out a partition it was asked
+    about (a failed attempt, asked again: an offset never goes missing unnoticed)."""
     answers = {}
     for call in calls:
-        for tp, answer in call.result(timeout=timeout_s).items():
+        answered = call.answer.result(timeout=timeout_s)
+        for tp, answer in answered.items():
             if isinstance(answer, KafkaError):
                 if answer.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     raise KafkaException(answer)
                 raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, answer.str(), topic=tp.topic,
                                      operation="DESCRIBE") from None
             answers[Bucket(tp.topic, tp.partition)] = answer.offset
+        missing = {Bucket(tp.topic, tp.partition) for tp in call.asked} - answers.keys()
+        if missing:
+            raise IncompleteOffsetsAnswer(f"Kafka's ListOffsets answer left out {len(missing)} of the "
+                                          f"{len(call.asked)} partitions asked, e.g. {min(missing)}")
     return answers
+
+
+class IncompleteOffsetsAnswer(Exception):
+    """A ListOffsets answer without a partition it was asked about (confluent-kafka's public
+    ``list_offsets`` checks the same: its futures fail with a RuntimeError)."""
 
 
 def _topics_text(names: list[str], shown: int = 3) -> str:

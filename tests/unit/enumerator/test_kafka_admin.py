@@ -7,10 +7,12 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel as KafkaIsolation
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, KafkaUnavailableError
@@ -18,11 +20,13 @@ from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
 from backlog_source.enumerator.kafka_admin import (
     KafkaAdmin,
+    OffsetsAdminClient,
     RequestPolicy,
     TopicsDeletedError,
     TopicsRecreatedError,
     _REQUEST_THREADS,
     _RequestThreads,
+    _gathered,
 )
 from backlog_source.events.control_topic import TopicNotCreatedError
 from tests.fakes import FakeAdmin, FakeClock, Slow, describe, failed, future, offsets
@@ -160,6 +164,61 @@ def test_one_partition_failing_in_a_call_answered_as_a_whole_fails_the_request_a
                                        offsets({A0: 5, A1: 7})])
     assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
     assert [what for what, _ in admin.requests] == ["list_offsets"] * 2
+
+
+def test_an_answer_that_leaves_out_a_partition_asked_about_is_a_failed_attempt_asked_again():
+    """No offset goes missing unnoticed: an answer naming fewer partitions than asked is
+    asked again, as confluent-kafka's public list_offsets fails such an answer."""
+    partial = lambda specs: {tp: future(SimpleNamespace(offset=5)) for tp in specs if tp.partition == 0}  # noqa: E731
+    offsets_client, admin, _ = client([partial, offsets({A0: 5, A1: 7})])
+    assert offsets_client.latest_offsets([A0, A1]) == {A0: 5, A1: 7}
+    assert [what for what, _ in admin.requests] == ["list_offsets"] * 2
+
+
+def test_a_partial_answer_every_time_fails_the_request_naming_what_was_left_out():
+    partial = lambda specs: {tp: future(SimpleNamespace(offset=5)) for tp in specs if tp.partition == 0}  # noqa: E731
+    offsets_client, _, _ = client([partial] * 500)
+    with pytest.raises(KafkaUnavailableError, match=r"left out 1 of the 2 partitions asked, e.g. a-1"):
+        offsets_client.latest_offsets([A0, A1])
+
+
+def test_gathered_public_futures_answer_what_the_one_future_call_answers():
+    """The public list_offsets' futures, gathered: each partition's result or KafkaError; a
+    plain error (confluent-kafka's own check of an answer) fails the call as a whole."""
+    tp0, tp1 = TopicPartition("a", 0), TopicPartition("a", 1)
+    not_leader = failed(KafkaError.NOT_LEADER_FOR_PARTITION)
+    answer = SimpleNamespace(offset=5)
+    assert _gathered({tp0: future(answer), tp1: future(error=not_leader)}).result(0) == {
+        tp0: answer, tp1: not_leader.args[0]}
+    with pytest.raises(RuntimeError, match="Results length"):
+        _gathered({tp0: future(answer), tp1: future(error=RuntimeError("Results length 1"))}).result(0)
+    pending: Future = Future()
+    gathering = _gathered({tp0: future(answer), tp1: pending})
+    assert not gathering.done()
+    pending.set_result(answer)
+    assert gathering.result(0) == {tp0: answer, tp1: answer} and _gathered({}).result(0) == {}
+
+
+def test_without_the_one_future_call_the_public_list_offsets_gives_the_same_answer(monkeypatch):
+    """A confluent-kafka whose private ListOffsets method is missing or takes other arguments:
+    the public list_offsets is used from then on, with the same outcome. Real clients, against
+    a loopback port nothing listens on: both time out the same way."""
+    monkeypatch.setattr(OffsetsAdminClient, "_public_only", False)
+    admin = OffsetsAdminClient({"bootstrap.servers": "127.0.0.1:9", "log_level": 0})
+    asked = [TopicPartition("a", 0, -1), TopicPartition("a", 1, -1)]
+
+    one_call = admin.list_offsets_at_once(asked, isolation_level=KafkaIsolation.READ_UNCOMMITTED,
+                                          request_timeout=0.2).exception(30)
+    assert isinstance(one_call, KafkaException) and one_call.args[0].code() == KafkaError._TIMED_OUT
+
+    def changed(self, *args, **kwargs):
+        raise TypeError("list_offsets() takes exactly 2 arguments")
+    monkeypatch.setattr(OffsetsAdminClient, "_send_list_offsets", changed)
+    gathered = admin.list_offsets_at_once(asked, isolation_level=KafkaIsolation.READ_UNCOMMITTED,
+                                          request_timeout=0.2).result(30)
+    assert OffsetsAdminClient._public_only
+    assert {(tp.topic, tp.partition) for tp in gathered} == {("a", 0), ("a", 1)}
+    assert {error.code() for error in gathered.values()} == {KafkaError._TIMED_OUT}
 
 
 def test_fast_failures_for_the_whole_deadline_use_the_retries_and_end_within_it():
