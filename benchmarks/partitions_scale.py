@@ -301,7 +301,7 @@ def run_query(spark, log: ProgressLog, bootstrap: str, source: str, shape: str, 
                 producer, done = start_producer(bootstrap, live_topic, live_partitions, args.rate, args.seconds)
                 sent = await_deliveries(producer, done, args.seconds + 120)
                 delivered += sent
-                live_ends = {(live_topic, p): o + 1 for p, o in delivered_ends(sent).items()}
+                live_ends = {(live_topic, p): end for p, end in delivered_ends(sent).items()}
                 try:
                     wait_for(lambda: last_reaches(log, query.id, live_ends), args.catch_up_seconds,
                              f"{source} on {shape}: caught up", interval_s=1.0)
