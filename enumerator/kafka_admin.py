@@ -26,7 +26,6 @@ partitions sent together), not one request per partition.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
@@ -196,14 +195,16 @@ class _LastFailure(logging.Handler):
     Both are handed over by the admin client's ``poll()``.
     """
 
-    _ids = itertools.count()
-
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.line: str | None = None
         self.refusal: Refusal | None = None
         self.refusal_text = ""
-        self.logger = logging.getLogger(f"{__name__}.librdkafka.{next(self._ids)}")
+        # A logger of this client's own, made directly rather than by logging.getLogger: one
+        # is made for every admin client, and a failed request drops its client, so a Kafka
+        # down for a day made ~100,000 loggers that logging's registry keeps forever. Made
+        # directly, it goes with its client.
+        self.logger = logging.Logger(f"{__name__}.librdkafka")
         self.logger.propagate = False
         self.logger.setLevel(logging.WARNING)
         self.logger.addHandler(self)

@@ -4,9 +4,12 @@ The AdminClient is a fake that answers from a script; the clock and sleep are fa
 
 from __future__ import annotations
 
+import gc
+import logging
 import pickle
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -228,6 +231,22 @@ def test_fast_failures_for_the_whole_deadline_use_the_retries_and_end_within_it(
         offsets_client.latest_offsets([A0])
     assert 4 < len(admin.requests) < 500
     assert clock.now - 1000.0 <= 30.0
+
+
+def test_clients_dropped_after_failed_requests_leave_no_logger_behind():
+    """Every failed request drops its admin client, and each client has a logger of its own
+    for librdkafka's lines: made through logging.getLogger, each stayed in logging's registry
+    for good (a day of Kafka outage: ~100,000 of them, with their handlers)."""
+    registered = set(logging.Logger.manager.loggerDict)
+    offsets_client, admin, _ = client([failed(KafkaError._TRANSPORT, "Connection refused")] * 500)
+    offsets_client._client()
+    first = weakref.ref(offsets_client._failure)
+    with pytest.raises(KafkaUnavailableError):
+        offsets_client.latest_offsets([A0])
+    assert len(admin.requests) > 4  # each one's client made, then dropped
+    gc.collect()
+    assert first() is None, "a dropped client's log handler is still referenced"
+    assert set(logging.Logger.manager.loggerDict) == registered
 
 
 def test_retries_used_up_raise_kafka_unavailable_naming_servers_options_and_attempts():
