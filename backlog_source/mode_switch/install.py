@@ -256,10 +256,11 @@ class SessionModeSwitch:
             previous = self._switches.get(query_id)
         if previous is not None:  # a new run its user started: the last switch of the old one ends with it
             previous[0].end(SwitchEndedBy.STOP)
-        switch.announce()
-        # Registered only after: read meanwhile (adopted), the placeholder mode of a foreign
-        # interval would name a mode the query does not run in.
+        # Told (announce: the session metrics' mode) and registered (adopted) only after the
+        # first switch: before it, a query on an interval of its own is in the placeholder
+        # mode, which it does not run in; and a first switch that fails adopts nothing.
         switch.committed(message)
+        switch.announce()
         with self._lock:
             self._switches[query_id] = (switch, held_ms)
         log.info("install(): query %s (trigger %d ms) now switches %s with its backlog", query_id, held_ms,

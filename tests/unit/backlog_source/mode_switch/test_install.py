@@ -58,19 +58,27 @@ def test_a_query_on_its_own_interval_is_never_reported_in_a_mode_before_its_firs
     ``adopted`` named that placeholder (low latency, the user's 3 s still running) on a loaded
     machine. It lists the query once the switch is made."""
     spark = FakeSpark()
-    seen_during_switch = []
+    seen_during_switch, told = [], []
 
     class Watching(FakeInPlaceSwitcher):
         def switch(self, to):
             seen_during_switch.append(dict(installation.adopted))
             return super().switch(to)
 
+    class Observer(SwitchObserver):  # as the session metrics' mode gauge is told
+        def adopted(self, switch):
+            told.append(("adopted", switch.mode))
+
+        def switched(self, switch, transition, replaced_run):
+            told.append(("switched", switch.mode))
+
     installation = SessionModeSwitch(spark, INTERVALS, session_listener=SessionListener(),
-                                     switcher_of=lambda q, intervals: Watching(q, intervals))
+                                     switcher_of=lambda q, intervals: Watching(q, intervals), observers=[Observer()])
     q = query(spark, "orders", 3_000)
     installation.handle(committed(q, 0, True))
     assert seen_during_switch == [{}]
     assert installation.adopted["orders"].mode is Mode.HIGH_THROUGHPUT and q.interval_ms == 0
+    assert told == [("switched", Mode.HIGH_THROUGHPUT), ("adopted", Mode.HIGH_THROUGHPUT)]
 
 
 def test_several_queries_switch_independently_and_a_query_a_handle_follows_is_left_to_it():
