@@ -27,6 +27,7 @@ partitions sent together), not one request per partition.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -752,9 +753,16 @@ class _RequestThreads:
     next request: starting a thread per request cost milliseconds on a loaded driver, twice or
     three times in every batch's plan. A thread is started only when none is idle, so there
     are as many as requests were ever in flight at once (one, unless a request was left to end
-    on its own). Never stopped: daemon threads, waiting on a queue."""
+    on its own). Never stopped: daemon threads, waiting on a queue. A process forked from one
+    that has them starts without any (:meth:`reset`)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No threads, none idle. Run in a child process right after ``fork()``: threads do not
+        survive it, and the parent's idle ones, still counted, would be handed the child's
+        requests, which would then never run, and the request waiting for them never end."""
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)  # one release per thread waiting for a task
         self.started = 0  # threads started so far
@@ -773,6 +781,7 @@ class _RequestThreads:
 
 
 _REQUEST_THREADS = _RequestThreads()
+os.register_at_fork(after_in_child=_REQUEST_THREADS.reset)
 
 
 class _InFlight(Generic[T]):

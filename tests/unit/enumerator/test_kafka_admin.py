@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import pickle
+import signal
 import threading
 import time
 import weakref
@@ -681,3 +683,25 @@ def test_requests_run_on_kept_threads_and_one_left_running_does_not_hold_up_the_
         assert done.wait(10)
         until_idle(2)
     assert threads.started == 2 and len(set(ran)) <= 2 and all(t.daemon for t in ran)
+
+
+def test_a_process_forked_after_requests_ran_runs_its_own_requests():
+    """Threads do not survive fork(): a child forked while the parent had an idle request
+    thread, still counted idle, handed its request to no thread, and the request's caller
+    waited forever. Forked here with one idle; the child must run a request (exit 0)."""
+    ran = threading.Event()
+    _REQUEST_THREADS.run(ran.set)
+    assert ran.wait(10) and wait_until(lambda: _REQUEST_THREADS._idle._value >= 1)
+    child = os.fork()
+    if child == 0:
+        done = threading.Event()
+        _REQUEST_THREADS.run(done.set)
+        os._exit(0 if done.wait(10) else 1)
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked child's request never ran")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0, "the forked child's request never ran"
