@@ -223,11 +223,12 @@ def run_executor_faults(broker, topic: str, out: Path, python: Path, master: str
             "spark.eventLog.dir": (out / "events").as_uri()}
     command = [str(python), str(JOB), broker.bootstrap_servers, topic, str(out), "--crash-at", "none",
                "--backlog-max-offsets-per-trigger", str(per_batch), "--deadline-s", str(timeout_s),
-               "--hold-reads", str(out / "holds")]
+               "--hold-reads", str(out / "holds"), "--expect-block-managers", "3"]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += ["--option", f"minPartitions={partitions}"]  # a task a partition: speculation needs several
-    job_env = {**without_spark_home(), "JOB_MASTER": master, **(env or {})}
+    # SPARK_LOCAL_IP: the driver on loopback too (else Spark binds it to the host's interface).
+    job_env = {**without_spark_home(), "JOB_MASTER": master, "SPARK_LOCAL_IP": FIRST_HOST, **(env or {})}
     job_env.pop("PYTHONPATH", None)  # the driver imports the installed wheel, from outside the source tree
     live = LiveProducer(broker.bootstrap_servers, topic, partitions, rate=live_rate).start()
     started = time.time()

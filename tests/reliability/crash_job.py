@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--deadline-s", type=float, default=300)
     parser.add_argument("--hold-reads", metavar="DIR")
+    parser.add_argument("--expect-block-managers", type=int, default=0,
+                        help="when caught up, wait (up to 120 s) for this many block managers (driver "
+                             "included) before noting them: a replacement executor registers in its own time")
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -135,6 +138,10 @@ def main() -> None:
         if args.crash_at == "none" and handle.mode == "low-latency" and state["ll_batches"] > 0 and caught_up(query, args):
             handle.stop()
             status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+            registered_by = time.monotonic() + 120
+            while status.size() < args.expect_block_managers and time.monotonic() < registered_by:
+                time.sleep(0.5)  # waiting on the condition, bounded: the test names what is missing
+                status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
             import backlog_source
 
             # Where the driver and an executor's Python worker import the package from.
