@@ -289,7 +289,7 @@ class KafkaAdmin:
         attempts = policy.num_retries + 1
         for attempt in range(1, attempts + 1):
             remaining = deadline - self._clock()
-            share_end = self._clock() + max(remaining / (attempts - attempt + 1), min(remaining, _MIN_ATTEMPT_S))
+            share_end = self._clock() + _attempt_share_s(remaining, attempts - attempt + 1)
             backoff = _BACKOFF_S
             while True:
                 outcome = self._try(what, request, max(share_end - self._clock(), 0.001))
@@ -483,7 +483,7 @@ class KafkaAdmin:
         if not specs:
             return {}
         unknown_before: set[str] = set()  # the topics unknown at this call's last check
-        early = [sent] if sent is not None and sent.buckets == frozenset(specs) else []
+        early = [sent] if sent is not None and sent.buckets == specs.keys() else []
 
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
@@ -521,8 +521,7 @@ class KafkaAdmin:
 
     def _first_attempt_s(self) -> float:
         """The first attempt's share of the deadline (:meth:`_call`)."""
-        total = self._policy.timeout_ms / 1000
-        return max(total / (self._policy.num_retries + 1), min(total, _MIN_ATTEMPT_S))
+        return _attempt_share_s(self._policy.timeout_ms / 1000, self._policy.num_retries + 1)
 
     def _raise_if_changed(self, buckets: Iterable[Bucket], timeout_s: float, unknown_before: set[str]) -> None:
         """After a failed offsets request: raise :class:`TopicsDeletedError` for the asked
@@ -719,6 +718,12 @@ _MIN_ATTEMPT_S = 2.0
 #: The first wait before a request that failed fast is asked again inside its attempt, and the
 #: longest (the Java client's retry.backoff.ms and retry.backoff.max.ms defaults).
 _BACKOFF_S, _BACKOFF_MAX_S = 0.1, 1.0
+
+
+def _attempt_share_s(remaining_s: float, attempts_left: int) -> float:
+    """An attempt's share of the time left (:meth:`KafkaAdmin._call`): an equal part, at least
+    ``_MIN_ATTEMPT_S`` or all that is left."""
+    return max(remaining_s / attempts_left, min(remaining_s, _MIN_ATTEMPT_S))
 
 
 @dataclass(frozen=True)
