@@ -274,8 +274,8 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout_s
         servers = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes if node.running())
         # Quiet: connection refusals are expected until the broker listens.
-        admin = AdminClient({"bootstrap.servers": servers, "socket.connection.setup.timeout.ms": 1000,
-                             "log_level": 0})
+        config = {"bootstrap.servers": servers, "socket.connection.setup.timeout.ms": 1000, "log_level": 0}
+        admin = AdminClient(config)
         last_error = "no answer"
         while time.monotonic() < deadline:
             dead = [node for node in self.nodes if node.process is not None and node.process.poll() is not None
@@ -290,6 +290,10 @@ class KafkaCluster:
                 last_error = f"{len(brokers)} of {want} brokers registered"
             except Exception as exc:  # process boundary: a broker starting up; any client error means "wait"
                 last_error = str(exc)
+                # A fresh client asks the nodes' own ports again: this one may have learned an
+                # advertised address nothing listens on yet (a test's proxy, started once the
+                # broker is ready), and it kept asking there until the deadline.
+                admin = AdminClient(config)
             time.sleep(0.1)
         raise EmbeddedBrokerError(f"Apache Kafka did not become ready in {timeout_s:.0f} s ({last_error}): "
                                   f"{self.nodes[0].log_tail()}")
