@@ -23,6 +23,7 @@ from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import ConfigError, KafkaUnavailableError
 from backlog_source.core.kafka_config import KafkaClientConfig
 from backlog_source.core.kafka_refusals import AccessRefusedError, Refusal
+from backlog_source.enumerator import kafka_admin
 from backlog_source.enumerator.kafka_admin import (
     KafkaAdmin,
     OffsetsAdminClient,
@@ -410,22 +411,26 @@ def test_a_bare_tls_handshake_failure_while_a_request_waits_does_not_end_it():
     assert offsets_client.latest_offsets([A0]) == {A0: 4}
 
 
-def test_a_request_that_answered_while_a_refusal_was_reported_keeps_its_answer():
+def test_a_request_that_answered_while_a_refusal_was_reported_keeps_its_answer(monkeypatch):
     """The watch sees a refusal only after its wait for the request ran out; if the request
     answered in between, the refusal was another connection's (another broker's), and what
     Kafka answered is the truth. Made deterministic: the report is served on the watching
     thread, and the request has ended by the time the watch looks at it again."""
+    # A pool of its own: a thread of an earlier test ending its request late (one left to end
+    # on its own) would raise the shared pool's idle count before this request ended.
+    threads = _RequestThreads()
+    monkeypatch.setattr(kafka_admin, "_REQUEST_THREADS", threads)
     offsets_client, admin, _ = client([])
-    release, idle_before = threading.Event(), []
+    release = threading.Event()
 
     def refusal_then_answer():  # served by the watch's poll, after its wait ran out
         admin.config["error_cb"](KafkaError(*WRONG_PASSWORD))
         release.set()
-        # The request's thread is idle again (one more than while it ran): the request has ended.
-        assert wait_until(lambda: _REQUEST_THREADS._idle._value > idle_before[0]), "the request never ended"
+        # The request's thread, the pool's only one, is idle again: the request has ended.
+        assert wait_until(lambda: threads._idle._value == 1), "the request never ended"
 
     def answered_as_the_refusal_came(specs):
-        idle_before.append(_REQUEST_THREADS._idle._value)
+        assert threads.started == 1 and threads._idle._value == 0
         admin.reports.append(refusal_then_answer)
         assert release.wait(30), "the watch never served the report"
         return offsets({A0: 4})(specs)
