@@ -69,10 +69,11 @@ def ensure_installed() -> Path:
     if python().exists() and STAMP.exists() and STAMP.read_text() == digest:
         return python()
     with tempfile.TemporaryDirectory() as dist:
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, str(ROOT)])
-        [wheel] = Path(dist).glob("backlog_source-*.whl")
         shutil.rmtree(ENV, ignore_errors=True)
         _run([sys.executable, "-m", "venv", str(ENV)])
+        # The new environment's pip builds the wheel: the interpreter running this may have none.
+        _run([str(python()), "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, str(ROOT)])
+        [wheel] = Path(dist).glob("backlog_source-*.whl")
         _run([str(python()), "-m", "pip", "install", "--quiet", f"{wheel}[demo]"])
     STAMP.write_text(digest)
     return python()
