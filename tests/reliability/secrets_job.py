@@ -4,8 +4,10 @@ process's stdout/stderr.
 
     python tests/reliability/secrets_job.py BOOTSTRAP TOPIC OUT_DIR RUNS_JSON
 
-``RUNS_JSON`` is a list of ``{"name": ..., "options": {...}, "mode": "drain" | "fail"}``; each
-run's checkpoint and Parquet output go under ``OUT_DIR/<name>``, Spark's event log under
+``RUNS_JSON`` is a list of ``{"name": ..., "options": {...}, "mode": "drain" | "fail"}``, each
+with an optional ``"bootstrap"`` (another listener of the same cluster) in place of BOOTSTRAP;
+each run's stdout starts with a line ``RUN <name>`` (:func:`run_outputs` of the tests splits
+there), its checkpoint and Parquet output go under ``OUT_DIR/<name>``, Spark's event log under
 ``OUT_DIR/eventlog``. ``drain``: the options still connect (PLAINTEXT); run until low-latency
 mode and caught up, and print the last progress. ``fail``: the options cannot authenticate;
 print the query's exception. Exits 0 when every run ended as its mode says, 1 otherwise.
@@ -41,7 +43,7 @@ def main() -> None:
     spark.dataSource.register(BacklogDataSource)
     writers = []
     for run in runs:
-        df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", bootstrap)
+        df = (spark.readStream.format("backlog").option("kafka.bootstrap.servers", run.get("bootstrap", bootstrap))
               .option("subscribe", topic).option("startingOffsets", "earliest")
               .option("kafkaConsumer.pollTimeoutMs", "6000").option("fetchOffset.numRetries", "1")
               .options(**run["options"]).load())
@@ -53,7 +55,10 @@ def main() -> None:
     # .option() calls above would show their values; start_backlog_aware must read none).
     logging.getLogger("py4j").setLevel(logging.DEBUG)
     try:
-        ended_as_expected = [run_once(writer, run["mode"]) == run["mode"] for writer, run in zip(writers, runs)]
+        ended_as_expected = []
+        for writer, run in zip(writers, runs):
+            print(f"RUN {run['name']}", flush=True)
+            ended_as_expected.append(run_once(writer, run["mode"]) == run["mode"])
     finally:
         spark.stop()
     sys.exit(0 if all(ended_as_expected) else 1)

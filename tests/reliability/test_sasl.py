@@ -56,7 +56,7 @@ from tests.integration.helpers import make_topic, wait_for
 from tests.reliability.failing_source import MESSAGE as FAILING_MESSAGE
 from tests.reliability.failing_source import NAME as FAILING_SOURCE
 from tests.reliability.failing_source import register_failing_source
-from tests.reliability.test_secrets import assert_no_secret, control_topic, everything_written, run
+from tests.reliability.test_secrets import assert_no_secret, control_topic, everything_written, run, run_outputs
 from tests.reliability.tls_material import TlsMaterial, tls_material
 
 pytestmark = pytest.mark.integration
@@ -196,28 +196,44 @@ def query_start(servers: str, topic: str, options: dict[str, str]):
     return admin, ControlTopic(settings, admin)
 
 
-def test_sasl_plain_right_and_wrong_credentials_and_no_secret_anywhere(secured, topic_name, tmp_path):
-    password, wrong = secured.password, f"wrong-{uuid.uuid4().hex}"
+def test_plain_tls_and_scram_512_right_and_wrong_and_no_secret_anywhere(secured, topic_name, tmp_path):
+    """In one driver process (a Spark start is most of a run's cost): SASL/PLAIN with the right
+    credentials, then the wrong ones; over SASL_SSL, SCRAM-SHA-512 with a PKCS#12 key store's
+    password beside it, then a wrong SCRAM-SHA-512 password with a PEM key's password. Each wrong
+    one fails leading with its cause; no secret reaches any output."""
+    password, wrong, tls, right = secured.password, f"wrong-{uuid.uuid4().hex}", secured.tls, ways_in(secured)
     make_topic(secured.cluster, topic_name, 2, per_partition=2_000)  # through PLAINTEXT, as an admin would
+    sasl_ssl = secured.cluster.listener("SASL_SSL")
+    # SASL_SSL ignores a client certificate it does not ask for: the key store's password is
+    # one more secret in the options that connect.
+    tls_options = {**right["sasl-ssl-pem-ca"][1], "kafka.ssl.keystore.type": "PKCS12",
+                   "kafka.ssl.keystore.location": str(tls.client.p12), "kafka.ssl.keystore.password": tls.password}
+    scram_wrong = {**right["mtls-pem-key"][1], **scram_512_options(wrong, "SASL_SSL")}
     with OtlpReceiver() as receiver:
-        # The right credentials, then the wrong ones, in one driver process.
         output = run(secured, topic_name, tmp_path,
-                     [{"name": "ok", "options": plain_options(password), "mode": "drain"},
-                      {"name": "bad", "options": plain_options(wrong), "mode": "fail"}], receiver)
-        assert "LAST PROGRESS" in output
-        last = json.loads(output.split("LAST PROGRESS: ", 1)[1].splitlines()[0])
-        assert json.loads(last["sources"][0]["endOffset"])["positions"][topic_name] == {"0": 2_000, "1": 2_000}
+                     [{"name": "plain-ok", "options": plain_options(password), "mode": "drain"},
+                      {"name": "plain-bad", "options": plain_options(wrong), "mode": "fail"},
+                      {"name": "tls-ok", "options": tls_options, "mode": "drain", "bootstrap": sasl_ssl},
+                      {"name": "scram-bad", "options": scram_wrong, "mode": "fail", "bootstrap": sasl_ssl}],
+                     receiver)
+        runs = run_outputs(output)
+        for name in ("plain-ok", "tls-ok"):
+            assert "LAST PROGRESS" in runs[name], name
+            last = json.loads(runs[name].split("LAST PROGRESS: ", 1)[1].splitlines()[0])
+            assert json.loads(last["sources"][0]["endOffset"])["positions"][topic_name] == {"0": 2_000, "1": 2_000}
 
-        assert "QUERY FAILED" in output
-        failure = output.split("QUERY FAILED", 1)[1]
+        assert "QUERY FAILED" in runs["plain-bad"]
+        failure = runs["plain-bad"].split("QUERY FAILED", 1)[1]
         # The cause first, then the options to check (it read "refused describing the subscribed topics").
         assert re.search(r"AccessRefusedError: authentication failed: Kafka at \S+ refused the credentials of "
                          rf"principal User:{USER} \(.*SASL authentication error", failure), failure[-4000:]
         assert "kafka.sasl.jaas.config" in failure
+        assert "QUERY FAILED" in runs["scram-bad"]
+        assert "authentication failed" in runs["scram-bad"].split("QUERY FAILED", 1)[1]
         spans = json.dumps(receiver.spans)
     events = control_topic(secured.cluster)
     assert '"backlog.phase"' in spans and "BacklogFinishEvent" in events  # the search saw real outputs
-    assert_no_secret([password, wrong], driver_and_worker_logs=output,
+    assert_no_secret([password, wrong, secured.reader_password, tls.password], driver_and_worker_logs=output,
                      checkpoint_sink_and_event_log=everything_written(tmp_path), span_attributes=spans,
                      control_topic_events=events)
 
@@ -494,32 +510,3 @@ def test_a_wrong_secret_or_certificate_fails_soon_after_start_leading_with_its_c
     secrets += re.findall(r'password="([^"]+)"', options.get("kafka.sasl.jaas.config", ""))
     assert_no_secret([*secrets, secured.reader_password, secured.tls.password], error=failure)
 
-
-def test_no_secret_of_tls_or_scram_512_options_reaches_any_output(secured, topic_name, tmp_path):
-    """The "no secret anywhere" check of the PLAIN test, with a PKCS#12 key store's password,
-    a SCRAM-SHA-512 password (right, then wrong) and a PEM key's password."""
-    tls, right = secured.tls, ways_in(secured)
-    make_topic(secured.cluster, topic_name, 2, per_partition=1_000)
-    wrong = f"wrong-{uuid.uuid4().hex}"
-    # SASL_SSL ignores a client certificate it does not ask for: the key store's password is
-    # one more secret in the options that connect.
-    ok_options = {**right["sasl-ssl-pem-ca"][1], "kafka.ssl.keystore.type": "PKCS12",
-                  "kafka.ssl.keystore.location": str(tls.client.p12), "kafka.ssl.keystore.password": tls.password}
-    bad_options = {**right["mtls-pem-key"][1], **scram_512_options(wrong, "SASL_SSL")}
-    with OtlpReceiver() as receiver:
-        output = run(Listener(secured.cluster.listener("SASL_SSL")), topic_name, tmp_path,
-                     [{"name": "ok", "options": ok_options, "mode": "drain"},
-                      {"name": "bad", "options": bad_options, "mode": "fail"}], receiver)
-        assert "LAST PROGRESS" in output
-        assert "QUERY FAILED" in output and "authentication failed" in output.split("QUERY FAILED", 1)[1]
-        spans = json.dumps(receiver.spans)
-    events = control_topic(secured.cluster)
-    assert '"backlog.phase"' in spans and "BacklogFinishEvent" in events
-    assert_no_secret([secured.reader_password, tls.password, wrong], driver_and_worker_logs=output,
-                     checkpoint_sink_and_event_log=everything_written(tmp_path), span_attributes=spans,
-                     control_topic_events=events)
-
-
-@dataclass
-class Listener:
-    bootstrap_servers: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -45,6 +46,13 @@ def run(broker, topic, out: Path, runs: list[dict], receiver: OtlpReceiver) -> s
                             capture_output=True, text=True, timeout=400, env=env, cwd=JOB.parents[2])
     assert result.returncode == 0, (result.returncode, result.stdout[-3000:], result.stderr[-3000:])
     return result.stdout + result.stderr
+
+
+def run_outputs(output: str) -> dict[str, str]:
+    """The output of :func:`run`, by run name: what followed each run's ``RUN <name>`` line
+    (the last run's includes the process's stderr, which follows its stdout)."""
+    parts = re.split(r"^RUN (\S+)$", output, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
 
 
 def everything_written(out: Path) -> str:
