@@ -21,3 +21,19 @@ def test_a_file_goes_to_its_group_the_unit_suite_to_mixed_the_rest_to_working():
     assert xdist_group("tests/reliability/test_crashes.py") == "mixed"
     assert xdist_group("tests/unit/enumerator/test_enumerator.py") == "mixed"
     assert xdist_group("tests/integration/test_demo.py") == "working"
+
+
+def test_loadgroup_schedules_a_groups_tests_on_one_worker():
+    """What make test relies on, run as it runs: on pytest 9.2 pytest-xdist silently ignored the
+    groups (tests/conftest.py), and every test went to any worker."""
+    import re
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                             "loadgroup", "-v", "tests/unit/core/test_buckets.py"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ran = re.findall(r"^\[(gw\d+)\] .*?PASSED (.+?)\s*$", result.stdout, re.M)
+    assert len(ran) >= 2 and all(test.endswith("@mixed") for _, test in ran), ran
+    assert len({worker for worker, _ in ran}) == 1, ran
