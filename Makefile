@@ -60,16 +60,15 @@ NEWEST_SPARK_TESTS := \
 # StreamingQueryListener and the in-place trigger switch (install); the switch by restart;
 # Spark Connect (source, listener, start_backlog_aware, install through a Connect client).
 
-# The environments the suite needs first, side by side (the project's and the wheel's: the
-# standalone-cluster test runs on that same installed wheel); then, side by side again, every
-# test (three pytest processes, grouped by how much they wait: tests/conftest.py) beside the
-# wheel as users install it (not editable, fresh environment, outside the tree; one small
-# query), the unit suite on the oldest supported Python (one core, no Spark) and the newest
-# PySpark's tests, each of these two building its environment first, while the suite runs
-# (installing is mostly unpacking, and the suite alone left the 2 CPUs ~20 % idle). Each
-# step's output is shown when it ends.
+# The environments first, side by side (building one is mostly waiting on the package index,
+# so four at once take about as long as one); then, side by side again, every test (three
+# pytest processes, grouped by how much they wait: tests/conftest.py) beside the wheel as users install it
+# (not editable, fresh environment, outside the tree; one small query), the unit suite on the
+# oldest supported Python (one core, no Spark) and the newest PySpark's tests: the suite alone
+# left the 2 CPUs ~20 % idle, the others use that. Each step's output is shown when it ends.
+# The standalone-cluster test runs on that same installed wheel.
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target $(STAMP) $(JVM_STAMP) wheel-environment
+	@$(MAKE) --no-print-directory -j5 --output-sync=target test-environments
 	@$(MAKE) --no-print-directory -j4 --output-sync=target test-suite test-wheel test-oldest-python test-newest-spark
 
 # Every test in the project's environment, in three pytest processes (tests/conftest.py).
