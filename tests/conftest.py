@@ -58,37 +58,17 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(xdist_group(path)))
 
 
-class _GroupsScheduled:
-    """Refuses a ``--dist loadgroup`` run whose groups would be ignored: pytest-xdist schedules
-    by the ``@group`` suffix its own hook writes into each test's id, which pytest 9.2 no longer
-    reads back (pytest-xdist#1386). Nothing failed then; every test went to any worker, each
-    worker started its own broker and Spark for whatever came, and make test ran ~2 minutes
-    over its 20 (found 2026-11-28)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
-        if not getattr(config.option, "loadgroup", False):
-            return  # not an xdist worker under --dist loadgroup
-        ungrouped = [item.nodeid for item in items if "@" not in item.nodeid.rsplit("]", 1)[-1]]
-        if ungrouped:
-            raise pytest.UsageError(
-                f"pytest-xdist's --dist loadgroup would ignore the test groups (pytest {pytest.__version__}; "
-                f"{ungrouped[0]} has no @group suffix): install pytest<9.2 (pytest-xdist#1386), as "
-                "pyproject.toml's dev extra asks")
-
-
 def pytest_configure(config):
-    """In the controlling process, refuse a ``--dist loadgroup`` run on a pytest whose test ids
-    pytest-xdist cannot suffix (it writes ``Node._nodeid``, gone in pytest 9.2); in each worker,
-    check that every test got its group (:class:`_GroupsScheduled`: the run fails there without
-    this message, from any other cause of lost groups)."""
+    """Refuse a ``--dist loadgroup`` run on a pytest whose test ids pytest-xdist cannot suffix
+    (it writes ``Node._nodeid``, gone in pytest 9.2: pytest-xdist#1386): nothing failed then,
+    every test went to any worker, each worker started its own broker and Spark. Any other cause
+    of lost groups fails tests/unit/test_suite_groups.py, which runs loadgroup as make test does."""
     from _pytest.nodes import Node
 
     if config.getoption("dist", None) == "loadgroup" and "_nodeid" not in getattr(Node, "__slots__", ()):
         raise pytest.UsageError(
             f"pytest-xdist's --dist loadgroup would ignore the test groups on pytest {pytest.__version__}: "
             "install pytest<9.2 (pytest-xdist#1386), as pyproject.toml's dev extra asks")
-    config.pluginmanager.register(_GroupsScheduled(), "backlog-source-groups-scheduled")
 
 
 #: The JVMs of a test run (Spark drivers, the Spark Connect server, Kafka brokers) live for
