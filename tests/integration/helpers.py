@@ -75,6 +75,25 @@ def wait_for_progress(query, predicate, timeout_s: float = 120, what: str = "pro
         raise TimeoutError(f"{timeout}; the last progress (batch {last and last['batchId']}) ended at {seen}") from None
 
 
+def describe_stuck(spark, queries) -> str:
+    """What a test that timed out waiting on ``queries`` saw: each query's status and last
+    batches, and every active Spark stage with its tasks: enough to tell a stuck planner
+    (status "Getting offsets") from a stuck read (a stage whose task never ends)."""
+    lines = []
+    for query in queries:
+        recent = [(p["batchId"], p["durationMs"].get("triggerExecution"), p["numInputRows"])
+                  for p in query.recentProgress[-4:]]
+        lines.append(f"query {query.name or query.id}: active={query.isActive} status={query.status} "
+                     f"last batches (id, ms, rows)={recent} exception={query.exception()}")
+    tracker = spark.sparkContext.statusTracker()
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            lines.append(f"active stage {stage_id} ({info.name}): tasks active={info.numActiveTasks} "
+                         f"done={info.numCompletedTasks} failed={info.numFailedTasks} of {info.numTasks}")
+    return "\n".join(lines)
+
+
 def settle(seconds: float) -> None:
     """A deliberate pause where a test must show that something does *not* happen."""
     time.sleep(seconds)

@@ -22,6 +22,7 @@ from backlog_source.demo.apache_kafka import kafka
 from backlog_source.demo.topics import produce
 from tests.integration.helpers import (
     caught_up,
+    describe_stuck,
     log_end_offsets,
     make_topic,
     reader,
@@ -92,14 +93,18 @@ def assert_exactly_once(cluster, topic, tmp_path, batches) -> None:
     assert len(batches.pairs()) == len(set(batches.pairs())) == expected
 
 
-def pause_after(handles, what: str) -> float:
+def pause_after(spark, handles, what: str) -> float:
     """Seconds until every query has committed two more batches (the pause a failure caused,
     with the time of the batches themselves)."""
     started = time.monotonic()
     marks = [committed_batches(h) for h in handles]
     for handle, mark in zip(handles, marks):
-        wait_for(lambda h=handle, m=mark: h.query.exception() is None and committed_batches(h) >= m + 2
-                 or h.query.exception(), 120, what)
+        try:
+            wait_for(lambda h=handle, m=mark: h.query.exception() is None and committed_batches(h) >= m + 2
+                     or h.query.exception(), 120, what)
+        except TimeoutError as timeout:
+            raise TimeoutError(f"{timeout} (batches before: {marks})\n"
+                               f"{describe_stuck(spark, [h.query for h in handles])}") from None
         assert handle.query.exception() is None, handle.query.exception()
     return time.monotonic() - started
 
@@ -113,7 +118,7 @@ def test_kill_minus_nine_and_restart_mid_backlog_and_after_a_switch(spark, topic
             assert all(h.mode == "high-throughput" for h in handles)
             cluster.kill()  # kill -9, mid-backlog
             restart_s = cluster.restart()
-            pause = pause_after(handles, "batches after the restart mid-backlog")
+            pause = pause_after(spark, handles, "batches after the restart mid-backlog")
             print(f"mid-backlog: broker back in {restart_s:.1f} s, two more batches of each query {pause:.1f} s later")
 
             wait_for(lambda: all(h.mode == "low-latency" for h in handles), 180, "the switch to low latency")
@@ -143,7 +148,7 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
             leader = admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0].leader
             killed_at = time.monotonic()
             cluster.node_of(leader).kill()
-            pause = pause_after(handles, "batches after the leader died")
+            pause = pause_after(spark, handles, "batches after the leader died")
             moved = admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0].leader
             assert moved != leader
             print(f"leader {leader} killed: partition 0 led by {moved}; two more batches of each query "
