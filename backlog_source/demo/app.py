@@ -48,38 +48,76 @@ from backlog_source.mode_switch.session_metrics import session_metrics
 OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summary.json", "spark.log")
 
 
-class StopRequested(Exception):
-    """Ctrl-C: stop everything in order."""
+class StopRequested(BaseException):
+    """Stop everything in order (:class:`_StopSignals`). A BaseException, as KeyboardInterrupt
+    is: raised from a signal handler anywhere, a broad ``except Exception`` on its way (the
+    seeding's, a library's) must not turn it into a failure."""
 
 
-class _CtrlC:
-    """The first Ctrl-C asks the demo to stop in order; a second one interrupts at once.
+class _StopSignals:
+    """Ctrl-C (SIGINT), a plain ``kill`` or a supervisor (SIGTERM) and a closed terminal (SIGHUP)
+    stop the demo in order; a second one interrupts at once. The exit code is 128 + the signal.
 
-    Installed after Spark started (PySpark's own handler cancels every job and raises, which
-    would fail the query mid-batch instead of stopping it)."""
+    SIGTERM and SIGHUP are caught from the demo's first step (:meth:`catch_termination`):
+    left to Python's default they ended the process on the spot, without its cleanup, and the
+    broker (in a session of its own) ran on with its log dir. Until Spark has started they
+    raise :class:`StopRequested`, which unwinds everything started so far. SIGINT is taken
+    over only once Spark started (:meth:`install`): PySpark's own handler cancels every job and
+    raises, which would fail the query mid-batch instead of stopping it."""
+
+    CAUGHT_FROM_THE_START = (signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.requested = threading.Event()
+        self.signum = signal.SIGINT  # a KeyboardInterrupt before install() is Ctrl-C
+        self._installed = False
+        self._previous: dict[int, object] = {}
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def catch_termination(self) -> None:
+        self._take(self.CAUGHT_FROM_THE_START)
 
     def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._handle)
+        self._installed = True
+        self._take((signal.SIGINT,))
+
+    def restore(self) -> None:
+        """Put back the handlers found before (the demo may run inside a longer program)."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _take(self, signums) -> None:
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            for signum in signums:
+                self._previous.setdefault(signum, signal.getsignal(signum))
+                signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        if not self._installed:
+            raise StopRequested
         if self.requested.is_set():
             raise KeyboardInterrupt
         self.requested.set()
 
 
 def run(settings: DemoSettings, console: Console | None = None) -> int:
-    """Run the demo; returns the process exit code (0 ok, 1 failed, 130 interrupted)."""
+    """Run the demo; returns the process exit code (0 ok, 1 failed, 128 + the signal when stopped by
+    one: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
     console = console or Console()
+    stop_signals = _StopSignals()
     with ExitStack() as resources:
+        stop_signals.catch_termination()
+        resources.callback(stop_signals.restore)
         try:
-            summary = _run(settings, console, resources)
+            summary = _run(settings, console, resources, stop_signals)
         except (KeyboardInterrupt, StopRequested):
             console.print("[yellow]stopping: the producer, the query (at a batch boundary), Spark, the broker[/]")
-            return 130
+            return stop_signals.exit_code
         except DemoError as exc:
             console.print(f"[red]demo failed:[/] {exc}")
             spark_log = Path(settings.output) / "spark.log"
@@ -89,7 +127,7 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
     return 0 if summary["exactly_once"] else 1
 
 
-def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict:
+def _run(settings: DemoSettings, console: Console, resources: ExitStack, stop_signals: _StopSignals) -> dict:
     out = _prepare_output(settings.output)
     receiver = resources.enter_context(OtlpReceiver(jsonl_path=out / "spans.jsonl",
                                                     metrics_jsonl_path=out / "metrics.jsonl"))
@@ -105,8 +143,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
 
     spark = _spark(receiver.endpoint, console, resources.enter_context(open(out / "spark.log", "w")))
     resources.callback(spark.stop)
-    ctrl_c = _CtrlC()
-    ctrl_c.install()
+    stop_signals.install()
     monitor = QueryMonitor()
     spark.streams.addListener(monitor)
     resources.callback(lambda: spark.streams.removeListener(monitor))
@@ -135,7 +172,7 @@ def _run(settings: DemoSettings, console: Console, resources: ExitStack) -> dict
     resources.callback(producer.stop)
     console.print(f"query started in {initial_mode} mode; writing Parquet to {out / 'parquet'}")
 
-    _watch(settings, console, handle, monitor, producer, started_at, initial_mode, ctrl_c.requested)
+    _watch(settings, console, handle, monitor, producer, started_at, initial_mode, stop_signals.requested)
     producer.stop()
     if producer.failed:
         raise DemoError(f"{producer.failed} live record(s) were not acknowledged: {producer.first_error}")
@@ -228,7 +265,7 @@ def _spark(otlp_endpoint: str, console: Console, log_file) -> SparkSession:
 
 def _watch(settings, console, handle, monitor, producer, started_at, initial_mode, stop_requested) -> None:
     """Show the live view until the job has run ``live_seconds`` in low-latency mode.
-    Raises :class:`StopRequested` after a Ctrl-C."""
+    Raises :class:`StopRequested` after a stop signal."""
     live_since = None
     deadline = started_at + settings.drain_timeout_seconds
     printed = 0

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 
@@ -61,29 +64,28 @@ def test_demo_drains_switches_and_writes_exactly_the_produced_records(tmp_path):
     assert any(p["attributes"]["backlog.mode"] == "low-latency" and p["value"] >= 1 for p in switched)
 
 
-def test_ctrl_c_stops_everything_in_order(tmp_path):
-    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. It lands after
-    the second of six backlog batches (60,000 records at 10,000 a batch): mid-backlog, with a
-    batch running; a bigger backlog only took longer to seed."""
-    import re
-    import signal
-    import socket
-
+def start_demo(tmp_path, *args: str) -> tuple[subprocess.Popen, int]:
+    """``backlog-source demo`` with ``args`` in a session of its own, as from a terminal; returns
+    it and its broker's port once it printed them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKLOG_", "OTEL_"))}
     demo = subprocess.Popen(
-        [sys.executable, "-m", "backlog_source.cli", "demo", "--backlog-records", "60000", "--partitions", "2",
-         "--backlog-max-offsets-per-trigger", "10000", "--no-live-view", "--output", str(tmp_path / "out")],
+        [sys.executable, "-m", "backlog_source.cli", "demo", *args, "--no-live-view", "--output", str(tmp_path / "out")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     lines = []
-    for line in demo.stdout:  # wait until the query is running, mid-backlog
+    for line in demo.stdout:
         lines.append(line)
-        if line.startswith("batch 1:"):
-            break
-    port = int(re.search(r"local broker at 127\.0\.0\.1:(\d+)", "".join(lines)).group(1))
-    os.killpg(demo.pid, signal.SIGINT)
+        found = re.search(r"local broker at 127\.0\.0\.1:(\d+)", line)
+        if found:
+            return demo, int(found.group(1))
+    raise AssertionError(f"the demo ended before starting its broker: {''.join(lines)[-2000:]}")
+
+
+def wait_until_stopped(demo: subprocess.Popen, port: int, exit_code: int) -> str:
+    """Wait for the demo to end with ``exit_code``, having said it stops everything, without a
+    traceback; then for its broker to stop listening. Returns what it printed."""
     out, err = demo.communicate(timeout=120)
-    assert demo.returncode == 130, err[-3000:]
+    assert demo.returncode == exit_code, err[-3000:]
     assert "stopping: the producer, the query" in out
     assert "Traceback" not in err, err[-3000:]
 
@@ -92,6 +94,20 @@ def test_ctrl_c_stops_everything_in_order(tmp_path):
             return probe.connect_ex(("127.0.0.1", port)) != 0
 
     wait_for(broker_gone, 30, "the demo's Kafka broker to stop")
+    return out
+
+
+def test_ctrl_c_stops_everything_in_order(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole foreground process group. It lands after
+    the second of six backlog batches (60,000 records at 10,000 a batch): mid-backlog, with a
+    batch running; a bigger backlog only took longer to seed."""
+    demo, port = start_demo(tmp_path, "--backlog-records", "60000", "--partitions", "2",
+                            "--backlog-max-offsets-per-trigger", "10000")
+    for line in demo.stdout:  # wait until the query is running, mid-backlog
+        if line.startswith("batch 1:"):
+            break
+    os.killpg(demo.pid, signal.SIGINT)
+    wait_until_stopped(demo, port, 130)
     # The demo's Spark JVM (its own session, so SIGINT did not reach it) was stopped too; it
     # exits shortly after the demo's last line.
     def spark_gone() -> bool:
@@ -99,3 +115,13 @@ def test_ctrl_c_stops_everything_in_order(tmp_path):
         return leftover.stdout == ""
 
     wait_for(spark_gone, 30, "the demo's Spark JVM to exit")
+
+
+def test_kill_before_spark_started_stops_the_broker_it_started(tmp_path):
+    """``kill PID`` (SIGTERM, also what supervisors and ``timeout`` send) while the demo seeds its
+    backlog: it unwinds what it started. Left to Python's default, SIGTERM ended the demo on the
+    spot and its broker, in a session of its own, ran on with its log dir. The orderly stop
+    once Spark runs is Ctrl-C's (above; SIGTERM takes the same handler: tests/unit)."""
+    demo, port = start_demo(tmp_path, "--backlog-records", "60000", "--partitions", "2")
+    demo.send_signal(signal.SIGTERM)  # the demo's process only, as `kill` does
+    wait_until_stopped(demo, port, 128 + signal.SIGTERM)

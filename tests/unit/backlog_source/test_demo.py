@@ -1,6 +1,7 @@
 """The demo's pure parts: settings precedence, the summary numbers, the live view."""
 
 import argparse
+import signal
 
 import pytest
 from pydantic import ValidationError
@@ -142,3 +143,43 @@ def test_the_live_view_shows_mode_buckets_and_lag():
     text = console.export_text()
     assert "high-throughput" in text and "4,242" in text and "t-0" in text and "done" in text and "77" in text
     assert BucketDrain(0, 200, 100).fraction == 0.5 and BucketDrain(0, 0, 0).fraction == 1.0
+
+
+@pytest.fixture
+def stop_signals():
+    """A demo's stop signals, their handlers put back after the test."""
+    from backlog_source.demo.app import _StopSignals
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signals = _StopSignals()
+    yield signals
+    signals.restore()
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_kill_or_a_closed_terminal_before_spark_started_unwinds_with_128_plus_the_signal(stop_signals, signum):
+    from backlog_source.demo.app import StopRequested
+
+    stop_signals.catch_termination()
+    with pytest.raises(StopRequested):
+        signal.raise_signal(signum)
+    assert stop_signals.exit_code == 128 + signum
+    assert not stop_signals.requested.is_set()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_once_spark_runs_a_stop_signal_asks_for_an_orderly_stop_and_a_second_interrupts(stop_signals, signum):
+    stop_signals.catch_termination()
+    stop_signals.install()
+    signal.raise_signal(signum)
+    assert stop_signals.requested.is_set()
+    assert stop_signals.exit_code == 128 + signum
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signum)
+
+
+def test_ctrl_c_before_spark_started_is_pythons_own_keyboard_interrupt(stop_signals):
+    stop_signals.catch_termination()
+    assert signal.getsignal(signal.SIGINT) is not stop_signals._handle
+    assert stop_signals.exit_code == 130
