@@ -74,10 +74,21 @@ def committed_batches(handle) -> int:
     return -1 if progress is None else progress["batchId"]
 
 
-def catch_up(handles, cluster, topic) -> None:
+def wait_for_queries(spark, handles, condition, timeout_s: float, what: str):
+    """:func:`wait_for` ``condition``; a timeout also says where each query stands
+    (:func:`describe_stuck`): a query that does not come back after a broker failure is the
+    failure these tests look for, and the output must tell where it stopped."""
+    try:
+        return wait_for(condition, timeout_s, what)
+    except TimeoutError as timeout:
+        raise TimeoutError(f"{timeout}\n{describe_stuck(spark, [h.query for h in handles])}") from None
+
+
+def catch_up(spark, handles, cluster, topic) -> None:
     """Wait until every query has read the topic to its log end; fail if one failed."""
     for handle in handles:
-        wait_for(lambda h=handle: caught_up(h.query, cluster, topic) or h.query.exception(), 180, "catching up")
+        wait_for_queries(spark, handles, lambda h=handle: caught_up(h.query, cluster, topic) or h.query.exception(),
+                         180, "catching up")
         assert handle.query.exception() is None, handle.query.exception()
 
 
@@ -99,12 +110,9 @@ def pause_after(spark, handles, what: str) -> float:
     started = time.monotonic()
     marks = [committed_batches(h) for h in handles]
     for handle, mark in zip(handles, marks):
-        try:
-            wait_for(lambda h=handle, m=mark: h.query.exception() is None and committed_batches(h) >= m + 2
-                     or h.query.exception(), 120, what)
-        except TimeoutError as timeout:
-            raise TimeoutError(f"{timeout} (batches before: {marks})\n"
-                               f"{describe_stuck(spark, [h.query for h in handles])}") from None
+        wait_for_queries(spark, handles, lambda h=handle, m=mark: h.query.exception() is None
+                         and committed_batches(h) >= m + 2 or h.query.exception(), 120,
+                         f"{what} (batches before: {marks})")
         assert handle.query.exception() is None, handle.query.exception()
     return time.monotonic() - started
 
@@ -114,20 +122,22 @@ def test_kill_minus_nine_and_restart_mid_backlog_and_after_a_switch(spark, topic
         make_topic(cluster, topic_name, PARTITIONS, per_partition=PER_PARTITION, value_size=50)
         handles, batches = start_both(spark, cluster, topic_name, tmp_path)
         try:
-            wait_for(lambda: all(committed_batches(h) >= 1 for h in handles), 120, "first backlog batches")
+            wait_for_queries(spark, handles, lambda: all(committed_batches(h) >= 1 for h in handles), 120,
+                             "first backlog batches")
             assert all(h.mode == "high-throughput" for h in handles)
             cluster.kill()  # kill -9, mid-backlog
             restart_s = cluster.restart()
             pause = pause_after(spark, handles, "batches after the restart mid-backlog")
             print(f"mid-backlog: broker back in {restart_s:.1f} s, two more batches of each query {pause:.1f} s later")
 
-            wait_for(lambda: all(h.mode == "low-latency" for h in handles), 180, "the switch to low latency")
+            wait_for_queries(spark, handles, lambda: all(h.mode == "low-latency" for h in handles), 180,
+                             "the switch to low latency")
             cluster.kill()  # right after the switch
             restart_s = cluster.restart()
             produce(cluster.bootstrap_servers, topic_name, [(p, None, b"after") for p in range(PARTITIONS)] * 100)
             # Caught up is the condition here: 300 new records may well be one batch.
             started = time.monotonic()
-            catch_up(handles, cluster, topic_name)
+            catch_up(spark, handles, cluster, topic_name)
             print(f"after the switch: broker back in {restart_s:.1f} s, the new records read "
                   f"{time.monotonic() - started:.1f} s later")
         finally:
@@ -144,7 +154,8 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
                 ((n % PARTITIONS, None, b"x" * 50) for n in range(PARTITIONS * PER_PARTITION)))
         handles, batches = start_both(spark, cluster, topic_name, tmp_path)
         try:
-            wait_for(lambda: all(committed_batches(h) >= 1 for h in handles), 120, "first backlog batches")
+            wait_for_queries(spark, handles, lambda: all(committed_batches(h) >= 1 for h in handles), 120,
+                             "first backlog batches")
             leader = admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0].leader
             killed_at = time.monotonic()
             cluster.node_of(leader).kill()
@@ -153,7 +164,7 @@ def test_the_leader_of_the_partitions_read_is_killed_on_a_three_broker_cluster(s
             assert moved != leader
             print(f"leader {leader} killed: partition 0 led by {moved}; two more batches of each query "
                   f"{time.monotonic() - killed_at:.1f} s after the kill ({pause:.1f} s)")
-            catch_up(handles, cluster, topic_name)
+            catch_up(spark, handles, cluster, topic_name)
         finally:
             stop_all(handles)
         assert_exactly_once(cluster, topic_name, tmp_path, batches)
