@@ -81,9 +81,9 @@ def start_demo(tmp_path, *args: str) -> tuple[subprocess.Popen, int]:
     raise AssertionError(f"the demo ended before starting its broker: {''.join(lines)[-2000:]}")
 
 
-def wait_until_stopped(demo: subprocess.Popen, port: int, exit_code: int) -> str:
+def wait_until_stopped(demo: subprocess.Popen, port: int, exit_code: int) -> None:
     """Wait for the demo to end with ``exit_code``, having said it stops everything, without a
-    traceback; then for its broker to stop listening. Returns what it printed."""
+    traceback; then for its broker to stop listening."""
     out, err = demo.communicate(timeout=120)
     assert demo.returncode == exit_code, err[-3000:]
     assert "stopping: the producer, the query" in out
@@ -94,7 +94,6 @@ def wait_until_stopped(demo: subprocess.Popen, port: int, exit_code: int) -> str
             return probe.connect_ex(("127.0.0.1", port)) != 0
 
     wait_for(broker_gone, 30, "the demo's Kafka broker to stop")
-    return out
 
 
 def test_ctrl_c_stops_everything_in_order(tmp_path):
