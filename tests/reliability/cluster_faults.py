@@ -219,6 +219,11 @@ def run_executor_faults(broker, topic: str, out: Path, python: Path, master: str
     make_topic(broker, topic, partitions, per_partition=per_partition)
     for folder in ("events", "holds"):
         (out / folder).mkdir()
+    # (a)'s hold is armed before the job starts and claims a read task of a batch after the
+    # first that leaves every bucket in backlog: armed once a batch had committed, it could miss
+    # the drain on a loaded machine (the job's log lags its batches) and claim a caught-up
+    # batch's single task, which Spark never speculates.
+    _arm(out / "holds" / "jvm", SECOND_HOST, mid_backlog=True)
     conf = {**SPECULATION, "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
             "spark.eventLog.dir": (out / "events").as_uri()}
     command = [str(python), str(JOB), broker.bootstrap_servers, topic, str(out), "--crash-at", "none",
@@ -238,17 +243,17 @@ def run_executor_faults(broker, topic: str, out: Path, python: Path, master: str
     log, kills = JobLog(out, job), []
     try:
         app_id = log.wait(lambda e: e["what"] == "started", 240, "the query to start")["app_id"]
-        log.wait(lambda e: e["what"] == "batch" and e["backlog"], 240, "a backlog batch to commit")
         # (a) The second host's executor JVM, while it runs a read task of a backlog batch (and,
         # with copy_before_jvm_kill, while a speculative copy of that task runs on the first host).
         hosts = {SECOND_HOST, FIRST_HOST} if copy_before_jvm_kill else {SECOND_HOST}
-        held = _hold(out / "holds" / "jvm", SECOND_HOST, hosts, log)
+        held = _held(out / "holds" / "jvm", hosts, log)
         jvm = executor_jvms(app_id)[SECOND_HOST][0]
         _check_held_by(held, SECOND_HOST, descendants(jvm), "the executor JVM")
         kills.append(_kill("executor JVM", [jvm], SECOND_HOST, held, out / "holds" / "jvm"))
         _await_next_commit(kills[-1], log)
         # (b) The forked Python workers of the surviving executor, while one of them runs a read task.
-        held = _hold(out / "holds" / "workers", FIRST_HOST, {FIRST_HOST}, log)
+        _arm(out / "holds" / "workers", FIRST_HOST)
+        held = _held(out / "holds" / "workers", {FIRST_HOST}, log)
         workers = python_workers(executor_jvms(app_id)[FIRST_HOST][0])
         _check_held_by(held, FIRST_HOST, workers, "the executor's Python workers")
         kills.append(_kill("Python workers", workers, FIRST_HOST, held, out / "holds" / "workers"))
@@ -275,13 +280,25 @@ def held_attempts(hold: Path) -> list[dict]:
     return sorted(markers, key=lambda m: m["attempt"])
 
 
-def _hold(hold: Path, host: str, hosts: set[str], log: JobLog) -> list[dict]:
-    """Arm ``hold`` for the next read task on ``host`` and wait until attempts of that task are
-    held on each of ``hosts`` (a second host: a speculative copy). Returns their markers."""
+def _arm(hold: Path, host: str, *, mid_backlog: bool = False) -> None:
+    """Arm ``hold`` for the next read task on ``host`` (``mid_backlog``: the next one of a batch
+    after the first that leaves every bucket in backlog; ``crash_job.py``'s ``hold_if_armed``)."""
     hold.mkdir()
-    (hold / "arm").write_text(json.dumps({"host": host}))
-    what = f"a read task held on {host}" + (" and a speculative copy of it" if len(hosts) > 1 else "")
-    return log.until(lambda: (m := held_attempts(hold)) and {a["host"] for a in m} >= hosts and m, 180, what)
+    (hold / "arm").write_text(json.dumps({"host": host, "mid_backlog": mid_backlog}))
+
+
+def _held(hold: Path, hosts: set[str], log: JobLog) -> list[dict]:
+    """Wait until attempts of the task ``hold`` claimed are held on each of ``hosts`` (a second
+    host: a speculative copy). Returns their markers; on a timeout, the error says which task
+    was claimed, which attempts were held and which batches had committed."""
+    what = "a read task held on the armed host" + (" and a speculative copy of it" if len(hosts) > 1 else "")
+    try:
+        return log.until(lambda: (m := held_attempts(hold)) and {a["host"] for a in m} >= hosts and m, 180, what)
+    except TimeoutError as exc:
+        claim = (hold / "claim").read_text() if (hold / "claim").exists() else "none"
+        batches = [(e["batch"], e["backlog"], e["mode"]) for e in log.entries() if e["what"] == "batch"]
+        raise TimeoutError(f"{exc}; armed: {(hold / 'arm').read_text()}; claimed (stage:partition): {claim}; "
+                           f"held: {held_attempts(hold)}; committed (batch, backlog, mode): {batches}") from None
 
 
 def _check_held_by(held: list[dict], host: str, pids, what: str) -> None:

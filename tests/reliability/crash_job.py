@@ -158,17 +158,21 @@ def main() -> None:
     sys.exit(4)
 
 
-def hold_if_armed(folder: str) -> None:
+def hold_if_armed(folder: str, partition) -> None:
     """Block this read task while a hold in ``folder`` is armed for it. Runs in the Python
     worker of an executor that runs a read task of the source; test-only (``--hold-reads``).
 
     A hold is a folder ``folder/NAME`` the test fills: ``arm`` (JSON ``{"host": H}``, ``null``
-    for any host) arms it, ``release`` releases it. The first read task whose executor runs on
-    ``H`` while the hold is armed and not released claims it (``claim``: its stage and
-    partition); it, and every other attempt of that task (a retry, a speculative copy, on any
-    host) that starts before the release, writes ``waiting-PID.json`` (``pid``: this Python
-    worker, ``stage``, ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and
-    waits for ``release``. Raises RuntimeError when no release comes within 600 s."""
+    for any host, and optionally ``"mid_backlog": true``) arms it, ``release`` releases it. The
+    first read task whose executor runs on ``H`` while the hold is armed and not released
+    claims it (``claim``: its stage and partition); with ``mid_backlog``, only a task of a
+    micro-batch after the first (so one batch has committed) whose every range ends before its
+    bucket's backlog boundary (``partition``: the task's :class:`KafkaSplit`), i.e. a task of
+    a stage of every bucket, which speculation can copy (a stage of one task never is). It,
+    and every other attempt of that task (a retry, a speculative copy, on any host) that starts
+    before the release, writes ``waiting-PID.json`` (``pid``: this Python worker, ``stage``,
+    ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and waits for
+    ``release``. Raises RuntimeError when no release comes within 600 s."""
     from pathlib import Path
 
     from pyspark import TaskContext
@@ -181,8 +185,10 @@ def hold_if_armed(folder: str) -> None:
             continue
         claim = hold / "claim"
         if not claim.exists():
-            wanted = json.loads(arm.read_text())["host"]
-            if wanted is not None and wanted != executor_host():
+            armed = json.loads(arm.read_text())
+            if armed["host"] is not None and armed["host"] != executor_host():
+                continue
+            if armed.get("mid_backlog") and not _mid_backlog(context, partition):
                 continue
             mine = hold / f"claim-{os.getpid()}"
             mine.write_text(task)
@@ -204,6 +210,15 @@ def hold_if_armed(folder: str) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the hold {hold} was never released")
             time.sleep(0.02)
+
+
+def _mid_backlog(context, partition) -> bool:
+    """Whether this read task is of a micro-batch after the first and reads only buckets that
+    stay in backlog after it (each range ends before the bucket's boundary)."""
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    ranges = getattr(partition, "ranges", ())
+    return (batch is not None and int(batch) >= 1 and bool(ranges)
+            and all(r.boundary is not None and r.end < r.boundary for r in ranges))
 
 
 def executor_host() -> str | None:
@@ -234,7 +249,7 @@ def held_source(folder: str):
             return {**BacklogStreamReader.__getstate__(self), "hold_folder": folder}
 
         def read(self, partition):
-            hold_if_armed(self.hold_folder)
+            hold_if_armed(self.hold_folder, partition)
             return BacklogStreamReader.read(self, partition)
 
     class HeldSource(BacklogDataSource):
