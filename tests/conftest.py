@@ -8,6 +8,10 @@ import uuid
 
 import pytest
 
+# Tests reach only loopback. Unless told otherwise, Spark binds its driver (RPC, block manager)
+# to the host's first non-loopback interface ("your hostname resolves to a loopback address
+# ... using <eth0's address> instead"); the sessions, jobs and clusters tests start inherit this.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 #: ``make test`` runs the suite in three pytest processes (``pytest -n 3 --dist loadgroup``), one
 #: per xdist group; each has its own broker and Spark session. ``waiting`` holds files whose tests
