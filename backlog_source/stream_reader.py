@@ -11,7 +11,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from backlog_source.core import step_timings
+from backlog_source.core import gc_pause, step_timings
 from backlog_source.core.buckets import to_nested
 from backlog_source.core.jvm_heap import HEAP_SHARE, default_catch_up_bytes, driver_heap_bytes
 from backlog_source.core.settings import EVENTS_TOPIC_OFF, ReaderConfig, SourceSettings
@@ -104,8 +104,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next batch, under the budget Spark's ``limit`` stands for
         (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
-        the heap of the driver JVM this planner runs under, core/jvm_heap.py)."""
-        with step_timings.step("driver.latestOffset"):
+        the heap of the driver JVM this planner runs under, core/jvm_heap.py). Python's cyclic
+        collector is held off meanwhile (core/gc_pause.py: a quarter of the requests' time at
+        ten thousand partitions)."""
+        with step_timings.step("driver.latestOffset"), gc_pause.paused():
             return self._latest_offset(start, limit)
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
@@ -136,7 +138,7 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
         offsets, so a replayed batch reads the same ranges; whether its readers publish control
         events is the run's decision (:meth:`Enumerator.publishes_events`)."""
-        with step_timings.step("driver.partitions"):
+        with step_timings.step("driver.partitions"), gc_pause.paused():
             reads = self._decode(end).reads_since(self._decode(start))
             return plan_splits(reads, self._driver_settings(), publish_events=self.enumerator.publishes_events())
 

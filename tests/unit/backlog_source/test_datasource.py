@@ -105,3 +105,38 @@ def test_offsets_spark_hands_back_are_parsed_once(monkeypatch):
     assert len(reader._offsets) <= 4 and pickle.loads(pickle.dumps(reader))._offsets == []
     reader.partitions(offset_codec.encode(SourceOffset("x", {A0: 0})), end)  # an offset not kept is parsed
     assert len(parsed) == 1
+
+
+def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after():
+    """core/gc_pause.py: the requests of a plan over many partitions make thousands of short-
+    lived objects; the cyclic collector waits until the plan is done."""
+    import gc
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from backlog_source.enumerator.enumerator import Enumerator
+    from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
+
+    class Watching(FakeOffsetsClient):
+        def describe_topics(self, topics):
+            collector.append(("describe_topics", gc.isenabled()))
+            return super().describe_topics(topics)
+
+        def latest_offsets(self, buckets, known=None, sent=None):
+            collector.append(("latest_offsets", gc.isenabled()))
+            return super().latest_offsets(buckets, known, sent)
+
+    collector = []
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest"})
+    reader = BacklogStreamReader(settings)
+    reader._enumerator = Enumerator(settings, Watching(topics={"a": [(0, 100)]}), FakeControlTopic(),
+                                    clock=FakeClock(), record_sizes=FakeRecordSizes())
+    assert gc.isenabled()
+    start = reader.initialOffset()
+    collector.clear()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert collector and all(enabled is False for _, enabled in collector), collector
+    assert {name for name, _ in collector} == {"describe_topics", "latest_offsets"}
+    assert gc.isenabled()
+    assert sum(s.records for s in reader.partitions(start, end)) == 100
+    assert gc.isenabled()
