@@ -19,6 +19,9 @@ in rotated order, each query on a fresh checkpoint, from ``earliest``, trigger
    commit of the batch that read it, over the records after the first ``--settle-seconds``;
    then, in the first round only, more traffic until ``--growth-batches`` batches with data
    have committed since the drain, for the checkpoint's growth.
+3. **Idle**: nothing arriving for ``--idle-seconds``: the CPU the driver JVM, the driver-side
+   Python processes and the broker use while a ``0 seconds`` trigger keeps asking for new
+   records, and how often format("backlog")'s planner plans meanwhile.
 
 Per query: Spark's ``durationMs.latestOffset`` (the planning step, which for a Python source
 includes the JVM-Python round trip of the offsets) of every batch with data after the drain,
@@ -55,7 +58,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSp
 from backlog_source.core import step_timings
 from backlog_source.demo.apache_kafka import kafka_version, start_kafka
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
-from benchmarks.harness.costs import MemorySampler, descendants
+from benchmarks.harness.costs import CpuAccount, MemorySampler, descendants
 from backlog_source.demo.topics import create_topic, produce, wait_for
 from benchmarks.harness.progress import ProgressLog, batch_ends, offset_of, step_medians, step_table, timestamp_s
 from benchmarks.harness.record_latency import timed_latencies
@@ -75,7 +78,14 @@ BROKER_HEAP_MB = 2048
 CREATE_TIMEOUT_S = 600
 FIGURES = ("drain_s", "drain_records", "latest_offset_p50_ms", "latest_offset_p90_ms", "drain_latest_offset_p50_ms",
            "batch_p50_s", "latency_p50_s", "latency_p99_s", "offset_entry_bytes", "offset_entry_max_bytes",
-           "checkpoint_bytes_per_batch", "runner_peak_mib", "runner_end_mib", "heap_peak_mib")
+           "checkpoint_bytes_per_batch", "runner_peak_mib", "runner_end_mib", "heap_peak_mib",
+           "idle_spark_jvm_cores", "idle_runner_cores", "idle_broker_cores", "idle_plans_per_s")
+
+#: While caught up and idle, whose CPU is counted (harness/costs.py's kinds): the driver JVM
+#: (Spark's planner for format("kafka")), the source's runner and other driver-side Python
+#: processes, and the broker answering the planners.
+IDLE_KINDS = {"idle_spark_jvm_cores": "spark_jvm", "idle_runner_cores": "python_driver_side",
+              "idle_broker_cores": "broker"}
 
 
 def shape_topics(shape: str, tag: str, partitions: int, pattern_topics: int) -> dict[str, int]:
@@ -315,6 +325,7 @@ def run_query(spark, log: ProgressLog, bootstrap: str, source: str, shape: str, 
             entries = offset_entries(checkpoint)
             last_batch = max(entries)
             end_bytes = folder_bytes(checkpoint)
+            idle = idle_cost(args.idle_seconds, args.timings) if kept_up and args.idle_seconds > 0 else {}
         finally:
             query.stop()
         stopped = time.time()
@@ -341,7 +352,23 @@ def run_query(spark, log: ProgressLog, bootstrap: str, source: str, shape: str, 
         "heap_peak_mib": heap.heap_peak_mib, "steps_p50_ms": step_medians(live),
         "planner_steps_p50_ms": planner_steps(args.timings, started, stopped),
         "latest_offset_parts_p50_ms": latest_offset_parts(args.timings, live),
+        **idle,
     }
+
+
+def idle_cost(seconds: float, timings: Path) -> dict[str, float]:
+    """What the query costs caught up with nothing arriving (trigger ``0 seconds``): the CPU
+    cores each kind of process used over ``seconds`` (:data:`IDLE_KINDS`), and for
+    format("backlog") how many times a second its planner ran ``latestOffset`` (none recorded
+    for format("kafka"))."""
+    began = time.time()
+    with CpuAccount() as cpu:
+        time.sleep(seconds)  # the measuring window itself, not a wait for a condition
+    ended = time.time()
+    plans = sum(1 for path in timings.glob("*.jsonl") for line in path.read_text().splitlines()
+                if (entry := json.loads(line))["step"] == "driver.latestOffset" and began <= entry["at"] <= ended)
+    return {**{figure: round(cpu.seconds.get(kind, 0.0) / seconds, 3) for figure, kind in IDLE_KINDS.items()},
+            "idle_plans_per_s": round(plans / seconds, 1) if plans else None}
 
 
 def planner_steps(directory: Path, since: float, until: float) -> dict[str, float | None]:
@@ -404,6 +431,8 @@ def main() -> None:
                         help="the caught-up traffic goes to this many partitions of the live topic (0: all)")
     parser.add_argument("--drain-sources", default="backlog,kafka",
                         help="the sources that drain the fill; the others start at latest")
+    parser.add_argument("--idle-seconds", type=float, default=0,
+                        help="after the caught-up traffic, CPU measured this long with nothing arriving (0: not)")
     parser.add_argument("--results-name", default="partitions_scale")
     args = parser.parse_args()
     args.timings = Path(tempfile.mkdtemp(prefix="partitions-scale-timings-"))
@@ -509,6 +538,15 @@ def report(runs: dict[str, list[dict]], shapes: list[str], setup_s: dict, reques
               "| --- |" + " ---: |" * len(next(iter(requests.values()), {})),
               *(f"| {shape} | " + " | ".join(fmt(v, ".1f") for v in timed.values()) + " |"
                 for shape, timed in requests.items()), ""]
+    lines += [f"Caught up and idle (trigger `0 seconds`, nothing arriving for {args.idle_seconds:.0f} s after the "
+              "traffic): CPU cores used by the driver JVM, the driver-side Python processes (format(\"backlog\")'s "
+              "runner) and the broker, and how often format(\"backlog\")'s planner ran `latestOffset` "
+              "(median, min-max):", "",
+              "| source @ shape | driver JVM cores | driver-side Python cores | broker cores | plans/s |",
+              "| --- | ---: | ---: | ---: | ---: |",
+              *(f"| {config} | {with_spread(s['idle_spark_jvm_cores'], '.2f')} | "
+                f"{with_spread(s['idle_runner_cores'], '.2f')} | {with_spread(s['idle_broker_cores'], '.2f')} | "
+                f"{with_spread(s['idle_plans_per_s'], '.1f')} |" for config, s in summaries.items()), ""]
     ratios = {}
     for shape in shapes:
         ours, theirs = summaries[f"backlog @ {shape}"], summaries[f"kafka @ {shape}"]
