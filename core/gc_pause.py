@@ -1,18 +1,20 @@
 """Python's cyclic garbage collector held off while the driver plans a batch.
 
-Which process: the driver's planner runner (``latestOffset``). A plan over thousands of
+Which process: the driver's planner runner (``latestOffset``, ``partitions``). A plan over thousands of
 partitions makes tens of thousands of short-lived Python objects: confluent-kafka builds a
-Python object for every partition and replica a DescribeTopicPartitions answer names, a future
-and a ``TopicPartition`` for every partition a ListOffsets asks about. Each 700 allocations
+Python object for every partition and replica a DescribeTopicPartitions answer names, and a
+``TopicPartition`` for every partition a ListOffsets asks about. Each 700 allocations
 start a collection, and the older generations' collections walk every object the runner
-holds; at 10,000 partitions that was a quarter of the requests' time (describing the topics
-157 -> 119 ms, ListOffsets 100 -> 77 ms, listing the cluster's topics 42 -> 23 ms;
-benchmarks/partitions_scale.py). Reference counting frees the plan's objects as it goes
-either way; only cycles wait, and the collector runs again as soon as the plan ends.
+holds. At 10,000 partitions under a pattern, Spark's ``latestOffset`` p50 went from 399 to
+307 ms with the collector held off (benchmarks/README.md, partitions_scale; its requests table
+times each request both ways). Reference counting frees the plan's objects as it goes either
+way; only cycles wait, and the collector runs again as soon as the plan ends.
 
 :func:`paused` nests and may be entered from several threads at once: the collector is
 switched back on when the last block ends, and only if it was on when the first began (an
-application that switched it off keeps it off).
+application that switched it off before keeps it off; one that switches it off from another
+thread while a block runs finds it on again when the block ends: the planner's runner does
+neither).
 """
 
 from __future__ import annotations

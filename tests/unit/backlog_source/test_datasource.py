@@ -107,7 +107,7 @@ def test_offsets_spark_hands_back_are_parsed_once(monkeypatch):
     assert len(parsed) == 1
 
 
-def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after():
+def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after(monkeypatch):
     """core/gc_pause.py: the requests of a plan over many partitions make thousands of short-
     lived objects; the cyclic collector waits until the plan is done."""
     import gc
@@ -138,5 +138,11 @@ def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after()
     assert collector and all(enabled is False for _, enabled in collector), collector
     assert {name for name, _ in collector} == {"describe_topics", "latest_offsets"}
     assert gc.isenabled()
+    import backlog_source.stream_reader as stream_reader
+
+    plan_splits = stream_reader.plan_splits
+    monkeypatch.setattr(stream_reader, "plan_splits",
+                        lambda *a, **k: collector.append(("plan_splits", gc.isenabled())) or plan_splits(*a, **k))
     assert sum(s.records for s in reader.partitions(start, end)) == 100
+    assert collector[-1] == ("plan_splits", False)
     assert gc.isenabled()
