@@ -116,3 +116,56 @@ def test_the_recovery_less_the_floor_takes_off_only_what_a_python_source_pays_be
     alone = {"mixed": {"backlog-default": [run(3.4)]}}  # no format("kafka") restart to compare load() with
     with_recovery_less_floor(alone, [{"first_trigger_s": 2.5, "load_s": 3.0}])
     assert alone["mixed"]["backlog-default"][0]["kill_to_caught_up_less_floor_s"] == pytest.approx(57.5)
+
+
+#: Every ``python -m benchmarks.<name> ARGS`` the docs quote (in backquotes), placeholders
+#: (``<N>``) and elisions (``...``) left out. A command whose options a later change renamed or
+#: dropped fails as its user would see it: once, 4457cfb (a revert of a Makefile change) took
+#: partitions_scale's ``--idle-seconds`` out while benchmarks/README.md still quoted it.
+DOCUMENTED = sorted({
+    (name, args.strip())
+    for doc in ("README.md", "benchmarks/README.md")
+    for name, args in re.findall(r"`python -m benchmarks\.(\w+)([^`]*)`", (ROOT / doc).read_text())
+    if "<" not in args and "..." not in args
+})
+
+#: Each documented command's arguments through its benchmark's own parser, in one fresh
+#: interpreter: ``parse_args`` is wrapped to stop the benchmark right after parsing (every
+#: ``main`` parses first), so nothing is started. Its exit code (None: parsed) and error, as JSON.
+_PARSE_ALL = """
+import argparse, contextlib, io, json, runpy, shlex, sys
+
+class Parsed(BaseException):
+    pass
+
+parse_args = argparse.ArgumentParser.parse_args
+def parse_then_stop(self, *args, **kwargs):
+    parse_args(self, *args, **kwargs)
+    raise Parsed
+argparse.ArgumentParser.parse_args = parse_then_stop
+answers = []
+for name, args in json.loads(sys.argv[1]):
+    err, code = io.StringIO(), None
+    sys.argv = [f"benchmarks/{name}.py", *shlex.split(args)]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(f"benchmarks.{name}", run_name="__main__", alter_sys=True)
+            code = "did not parse its arguments"
+        except Parsed:
+            pass
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException as exc:
+            code, _ = "raised", err.write(repr(exc))
+    answers.append({"command": f"{name} {args}", "code": code, "stderr": err.getvalue()[-500:]})
+sys.__stdout__.write(json.dumps(answers))
+"""
+
+
+def test_every_benchmark_command_the_docs_quote_parses():
+    assert len(DOCUMENTED) >= 20 and any(n == "partitions_scale" and "--idle-seconds" in a for n, a in DOCUMENTED)
+    result = subprocess.run([sys.executable, "-c", _PARSE_ALL, json.dumps(DOCUMENTED)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    failed = [a for a in json.loads(result.stdout) if a["code"] is not None]
+    assert not failed, failed
