@@ -168,7 +168,11 @@ def hold_if_armed(folder: str, partition) -> None:
     claims it (``claim``: its stage and partition); with ``mid_backlog``, only a task of a
     micro-batch after the first (so one batch has committed) whose every range ends before its
     bucket's backlog boundary (``partition``: the task's :class:`KafkaSplit`), i.e. a task of
-    a stage of every bucket, which speculation can copy (a stage of one task never is). It,
+    a stage of every bucket, which speculation can copy (a stage of one task never is), and
+    claimed by a first attempt on ``H`` or by a speculative copy (a later attempt) away from
+    ``H``: Spark speculates a task whose attempt on ``H`` started slowly, so the copy can reach
+    this point first (seen: the copy read and won while the first attempt's Python worker was
+    still starting). It,
     and every other attempt of that task (a retry, a speculative copy, on any host) that starts
     before the release, writes ``waiting-PID.json`` (``pid``: this Python worker, ``stage``,
     ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and waits for
@@ -186,9 +190,14 @@ def hold_if_armed(folder: str, partition) -> None:
         claim = hold / "claim"
         if not claim.exists():
             armed = json.loads(arm.read_text())
-            if armed["host"] is not None and armed["host"] != executor_host():
-                continue
-            if armed.get("mid_backlog") and not _mid_backlog(context, partition):
+            here, first_attempt = executor_host(), context.attemptNumber() == 0
+            if armed.get("mid_backlog"):
+                # Two hosts and no failure before this hold: an attempt after the first away
+                # from the armed host is a speculative copy of a task started there; one on
+                # it copies a task started elsewhere, which may already be past this point.
+                if (here == armed["host"]) != first_attempt or not _mid_backlog(context, partition):
+                    continue
+            elif armed["host"] is not None and armed["host"] != here:
                 continue
             mine = hold / f"claim-{os.getpid()}"
             mine.write_text(task)
