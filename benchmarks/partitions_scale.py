@@ -55,7 +55,7 @@ from pathlib import Path
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from backlog_source.core import step_timings
+from backlog_source.core import gc_pause, step_timings
 from backlog_source.demo.apache_kafka import kafka_version, start_kafka
 from benchmarks.harness.broker_and_spark import spark_session, warm_up
 from benchmarks.harness.costs import CpuAccount, MemorySampler, descendants
@@ -193,8 +193,6 @@ def admin_requests(bootstrap: str, topics: dict[str, int]) -> dict[str, float]:
 
 
 def _paused(call):
-    from backlog_source.core import gc_pause
-
     with gc_pause.paused():
         return call()
 

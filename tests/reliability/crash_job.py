@@ -172,11 +172,10 @@ def hold_if_armed(folder: str, partition) -> None:
     claimed by a first attempt on ``H`` or by a speculative copy (a later attempt) away from
     ``H``: Spark speculates a task whose attempt on ``H`` started slowly, so the copy can reach
     this point first (seen: the copy read and won while the first attempt's Python worker was
-    still starting). It,
-    and every other attempt of that task (a retry, a speculative copy, on any host) that starts
-    before the release, writes ``waiting-PID.json`` (``pid``: this Python worker, ``stage``,
-    ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and waits for
-    ``release``. Raises RuntimeError when no release comes within 600 s."""
+    still starting). It, and every other attempt of that task (a retry, a speculative copy, on
+    any host) that starts before the release, writes ``waiting-PID.json`` (``pid``: this Python
+    worker, ``stage``, ``partition``, ``attempt``, ``batch``: the micro-batch id, ``host``) and
+    waits for ``release``. Raises RuntimeError when no release comes within 600 s."""
     from pathlib import Path
 
     from pyspark import TaskContext
