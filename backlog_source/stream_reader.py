@@ -19,6 +19,7 @@ from backlog_source.enumerator import state_codec as offset_codec
 from backlog_source.enumerator.enumerator import Enumerator
 from backlog_source.enumerator.group_commits import GroupCommitter
 from backlog_source.enumerator.kafka_admin import KafkaAdmin
+from backlog_source.enumerator.listing_ahead import ListingAhead
 from backlog_source.enumerator.state import SourceOffset
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.reader.kafka_reader import read_split
@@ -77,7 +78,10 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.info("backlog.eventsTopic is %r: no control topic, so partitions leave backlog by their committed "
                          "positions without executors' confirmations, and catch-up batches are planned from a sample "
                          "the driver reads", EVENTS_TOPIC_OFF)
-            self._enumerator = Enumerator(settings, client, control)
+            # The subscription is listed for the next plan while Spark runs each batch, by a
+            # client of its own (enumerator/listing_ahead.py).
+            ahead = ListingAhead(settings, KafkaAdmin.from_settings(settings))
+            self._enumerator = Enumerator(settings, client, control, listing_ahead=ahead)
             if settings.backlog_max_bytes_per_trigger is None:
                 log.info("backlog.maxBytesPerTrigger is not set: catch-up batches read about %d MiB (1/%d of the "
                          "driver's %s heap)", default_catch_up_bytes(driver_heap_bytes()) >> 20, HEAP_SHARE,
@@ -106,9 +110,12 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (:meth:`ReadBudget.from_limit`; an unset ``backlog.maxBytesPerTrigger`` is sized from
         the heap of the driver JVM this planner runs under, core/jvm_heap.py). Python's cyclic
         collector is held off meanwhile (core/gc_pause.py: a quarter of the requests' time at
-        ten thousand partitions)."""
+        ten thousand partitions). Once the answer is ready, the subscription's next listing
+        starts in the background (enumerator/listing_ahead.py)."""
         with step_timings.step("driver.latestOffset"), gc_pause.paused():
-            return self._latest_offset(start, limit)
+            answer = self._latest_offset(start, limit)
+        self.enumerator.list_ahead()
+        return answer
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         with step_timings.step("driver.latestOffset.decode"):

@@ -11,9 +11,10 @@ as long as the run; anything that must survive a restart is in the offset dict
 1. :meth:`_settle`: the last committed batch's finishing buckets leave backlog (by their
    event, or by position), and their spans end; a catch-up batch's size reports are
    collected for the next plan.
-2. :meth:`_refresh`: the subscription now, deleted, re-created (a changed topic id), vanished
-   and new buckets, the latest offsets (one ListOffsets request, sent while the listing is
-   asked and used when it finds the buckets already read unchanged) and offsets that moved
+2. :meth:`_refresh`: the subscription now (listed while the last batch ran, and verified:
+   :mod:`.listing_ahead`), deleted, re-created (a changed topic id), vanished and new
+   buckets, the latest offsets (one ListOffsets request, sent while the listing is asked
+   and used when it finds the buckets already read unchanged) and offsets that moved
    backwards, under ``failOnDataLoss``.
 3. :meth:`_enter_backlog`: boundaries for new and reset buckets, for every lagging bucket
    when this is a restart on an existing checkpoint, and on re-entry.
@@ -42,6 +43,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.enumerator.boundaries import record_boundaries, reentry_boundaries, restart_boundaries
 from backlog_source.enumerator.catch_up import UNMEASURED_BYTES_PER_OFFSET, catch_up_bytes, learn_rate
 from backlog_source.enumerator.kafka_admin import OffsetsClient, TopicsDeletedError, TopicsRecreatedError
+from backlog_source.enumerator.listing_ahead import ListingAhead
 from backlog_source.enumerator.phase_spans import PhaseSpans
 from backlog_source.enumerator.phase_trace import advance
 from backlog_source.enumerator.query_start import ManifestLoader, StartingOffsets
@@ -55,7 +57,7 @@ from backlog_source.enumerator.state import (
     SourceOffset,
     TriggerIntervals,
 )
-from backlog_source.enumerator.subscription import Subscription
+from backlog_source.enumerator.subscription import Covered, Subscription
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.events.sizes_report import TopicSizes, split_size_reports
 from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
@@ -65,6 +67,11 @@ log = logging.getLogger(__name__)
 #: How often one batch is planned again when topics it asked about were re-created meanwhile
 #: (a listing a moment out of date; a topic re-created again and again fails the batch).
 _REPLANS = 3
+
+
+class _ListingOutdated(Exception):
+    """The listing taken ahead no longer matches Kafka for a topic this plan needs: the plan
+    lists the subscription itself (:meth:`Enumerator._refresh`). Never leaves the planner."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +122,14 @@ class Enumerator:
         clock: Callable[[], float] = time.time,
         snapshot_loader: ManifestLoader = load_manifest,
         record_sizes: RecordSizes | None = None,
+        listing_ahead: ListingAhead | None = None,
     ) -> None:
         """``control`` is the control topic (None: ``backlog.eventsTopic=none``, or backlog
         tracking off). ``clock``, ``snapshot_loader`` and ``record_sizes`` are replaced by unit
         tests only (record sizes are measured with a consumer of the run's own, created on
-        first use)."""
+        first use). ``listing_ahead``: the subscription listed while Spark runs each batch,
+        for the next plan (:mod:`.listing_ahead`; None: every plan lists it itself). Closed
+        with this object."""
         self._settings = settings
         self._client = client
         self._tracking = settings.backlog_enabled
@@ -129,6 +139,8 @@ class Enumerator:
         self._control = control if settings.backlog_enabled else None
         self._clock = clock
         self._subscription = Subscription(settings, client)
+        self._listing_ahead = listing_ahead
+        self._list_ahead_next = True  # see _verify_listing
         self._starting = StartingOffsets(settings, client, snapshot_loader)
         self._initial: SourceOffset | None = None
         self._resumed: bool | None = None  # decided by the run's first latest_offset call
@@ -235,6 +247,8 @@ class Enumerator:
 
     def close(self) -> None:
         exporter.flush()
+        if self._listing_ahead is not None:
+            self._listing_ahead.close()
         self._client.close()
         self._sizes.close()
 
@@ -273,15 +287,23 @@ class Enumerator:
         a vanished bucket, a re-created topic or offsets that moved backwards fail the
         query; otherwise the bucket is dropped, or read again from its earliest offset.
 
+        The listing is the one taken ahead while the last batch ran (:mod:`.listing_ahead`)
+        when there is one; it is verified (:meth:`_verify_listing`), and when it is out of
+        date the plan lists the subscription itself. Every data-loss decision is made on
+        the plan's own listing, never on one taken ahead.
+
         A topic deleted between listing it and asking its offsets
         (:class:`TopicsDeletedError`) is handled as if the listing had not had it; one
         re-created with fewer partitions in that time (:class:`TopicsRecreatedError`) is
         planned again from a fresh listing, at most :data:`_REPLANS` times."""
         deleted: set[str] = set()
         replans = 0
+        listed_ahead = self._listing_ahead.take() if self._listing_ahead is not None else None
         while True:
             try:
-                return self._refresh_once(start, deleted)
+                return self._refresh_once(start, deleted, listed_ahead)
+            except _ListingOutdated as exc:
+                log.debug("the listing taken ahead is out of date (%s); listing again", exc)
             except TopicsDeletedError as exc:
                 if set(exc.topics) <= deleted:
                     raise  # the same topics again: not a listing out of date
@@ -293,20 +315,23 @@ class Enumerator:
                     raise
                 log.info("topic(s) %s re-created while this batch was planned; planning it again",
                          ", ".join(exc.topics))
+            listed_ahead = None
 
-    def _refresh_once(self, start: SourceOffset, deleted: set[str]) -> View:
+    def _refresh_once(self, start: SourceOffset, deleted: set[str], listed_ahead: Covered | None) -> View:
         positions = dict(start.positions)
         # The log ends of the buckets already read are asked while the listing is: used only
         # when the listing finds exactly those buckets under the same topic ids, which it would
         # have found had it come first, so the two requests cost one round trip instead of two.
         sent = self._client.send_latest_offsets(positions.keys()) if positions else None
         with step_timings.step("driver.refresh.subscription"):
-            covered = self._subscription.covered()
+            covered = listed_ahead if listed_ahead is not None else self._subscription.covered()
         topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}
         current = {b for b in covered.buckets if b.topic not in deleted}
         target = self._available_now_target
         if target is not None:
             current &= target.keys() | positions.keys()  # partitions created later wait for the next run
+        if listed_ahead is not None and (self._changed_topics(start, positions, topic_ids) or positions.keys() - current):
+            raise _ListingOutdated("a topic read gone or re-created")
         recreated = self._recreated(start, positions, topic_ids, target)
         for bucket in recreated:
             del positions[bucket]
@@ -315,8 +340,6 @@ class Enumerator:
             del positions[bucket]
         new = current - positions.keys()
         starts = self._client.earliest_offsets(new) if new else {}
-        for bucket in sorted(new):
-            log.info("discovered %s; it is read from its earliest offset %d", bucket, starts[bucket])
         read_from = {**positions, **starts}
         with step_timings.step("driver.refresh.latest_offsets"):
             # Audited against the positions already read: a log end below one is asked again
@@ -324,12 +347,42 @@ class Enumerator:
             unchanged = not recreated and not gone and not new
             latest = self._client.latest_offsets(read_from.keys(), known=positions,
                                                  sent=sent if unchanged else None) if read_from else {}
+        self._verify_listing(start, covered, topic_ids, read_from, latest, listed_ahead is not None)
+        for bucket in sorted(new):
+            log.info("discovered %s; it is read from its earliest offset %d", bucket, starts[bucket])
         if target is not None:
             self._verify_available_now(target, latest, [b for b in gone if b in target],
                                        [b for b in recreated if topic_ids[b.topic] != self._available_now_topic_ids.get(b.topic)])
         starts.update(self._moved_backwards(read_from, latest))
         self._latest = latest
         return View({**read_from, **starts}, starts, latest, frozenset(gone) | frozenset(recreated), topic_ids)
+
+    def _verify_listing(self, start: SourceOffset, covered: Covered, topic_ids: Mapping[str, str],
+                        read_from: Mapping[Bucket, int], latest: Mapping[Bucket, int], listed_ahead: bool) -> None:
+        """The topics this batch reads records from (or moved backwards, or new to the
+        query), described again after their offsets were answered when the listing was taken
+        ahead: one deleted and re-created since then would otherwise be read from the old
+        topic's positions. Raises :class:`_ListingOutdated` when one differs.
+
+        Also decides whether the next listing is taken ahead: not when this batch reads from
+        every topic listed, where describing them again is the whole listing's cost."""
+        reading = {b.topic for b in read_from if latest[b] != read_from[b]} | (topic_ids.keys() - start.topic_ids.keys())
+        self._list_ahead_next = len(reading) < len(topic_ids)
+        if not listed_ahead or not reading:
+            return
+        with step_timings.step("driver.refresh.verify"):
+            described = self._client.describe_topics(reading)
+        changed = sorted(t for t in reading if described.get(t) != covered.topics.get(t))
+        if changed:
+            raise _ListingOutdated(f"topic(s) {', '.join(changed)} changed")
+
+    def list_ahead(self) -> None:
+        """Start listing the subscription for the next plan, in the background, while Spark
+        runs the batch just planned (:mod:`.listing_ahead`): after every ``latestOffset``,
+        unless there is no listing ahead for this query, or the last plan read from every
+        topic it listed (it would describe them all again anyway)."""
+        if self._listing_ahead is not None and self._list_ahead_next:
+            self._listing_ahead.start()
 
     def _recreated(self, start: SourceOffset, positions: Mapping[Bucket, int], topic_ids: Mapping[str, str],
                    target: Mapping[Bucket, int] | None) -> list[Bucket]:
@@ -340,8 +393,7 @@ class Enumerator:
         ``failOnDataLoss``; otherwise the topic is read again from its earliest offsets.
         Under Trigger.AvailableNow a topic re-created after the run planned its end fails the
         run in :meth:`_verify_available_now` instead."""
-        changed = sorted(t for t, old in start.topic_ids.items() if t in topic_ids and topic_ids[t] != old
-                         and any(b.topic == t for b in positions))
+        changed = self._changed_topics(start, positions, topic_ids)
         if not changed:
             return []
         during_run = target is not None and any(topic_ids[t] != self._available_now_topic_ids.get(t) for t in changed)
@@ -353,6 +405,12 @@ class Enumerator:
             instead="read the re-created topic(s) from their earliest offsets",
         )
         return sorted(b for b in positions if b.topic in changed)
+
+    @staticmethod
+    def _changed_topics(start: SourceOffset, positions: Mapping[Bucket, int], topic_ids: Mapping[str, str]) -> list[str]:
+        """The topics read so far whose topic id is not the one ``start`` recorded."""
+        changed = {t for t, old in start.topic_ids.items() if t in topic_ids and topic_ids[t] != old}
+        return sorted({b.topic for b in positions if b.topic in changed}) if changed else []
 
     def _vanished(self, positions: Mapping[Bucket, int], current: set[Bucket],
                   target: Mapping[Bucket, int] | None) -> list[Bucket]:

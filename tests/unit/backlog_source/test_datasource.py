@@ -146,3 +146,44 @@ def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after(m
     assert sum(s.records for s in reader.partitions(start, end)) == 100
     assert collector[-1] == ("plan_splits", False)
     assert gc.isenabled()
+
+
+def test_each_latest_offset_starts_the_next_listing_once_its_answer_is_ready():
+    """enumerator/listing_ahead.py: the subscription is listed for the next plan after the
+    plan is done (on a thread of its own in the runner; here at once), the collector held off
+    meanwhile as a plan holds it."""
+    import gc
+    from concurrent.futures import Future
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from backlog_source.enumerator.enumerator import Enumerator
+    from backlog_source.enumerator.listing_ahead import ListingAhead
+    from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
+
+    class Watching(FakeOffsetsClient):
+        def describe_topics(self, topics):
+            self.calls.append(f"collector {'on' if gc.isenabled() else 'off'}")
+            return super().describe_topics(topics)
+
+    def submit_now(listing):
+        answer: Future = Future()
+        answer.set_result(listing())
+        return answer
+
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*", "backlog.minPollIntervalMs": "0"})
+    client = Watching(topics={"t1": [(0, 10)], "t2": [(0, 10)]})
+    reader = BacklogStreamReader(settings)
+    reader._enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(),
+                                    record_sizes=FakeRecordSizes(),
+                                    listing_ahead=ListingAhead(settings, client, submit=submit_now))
+    start = reader.initialOffset()
+    client.append("t1", 0, 5)
+    client.calls.clear()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert client.calls[-3:] == ["topic_names", "collector off", "describe_topics"]  # after the plan's own requests
+    assert "latest_offsets" in client.calls[:-3] and gc.isenabled()
+    client.append("t1", 0, 5)
+    client.calls.clear()
+    reader.latestOffset(end, ReadAllAvailable())
+    assert client.calls[:2] == ["send_latest_offsets", "latest_offsets"]  # the listing taken ahead, not its own

@@ -1,0 +1,106 @@
+"""The subscription listed ahead of the next plan, while Spark runs the batch just planned
+(Flink's ``KafkaSourceEnumerator`` discovers partitions the same way, off the planning path).
+
+Which process: the driver's planner runner; the listing runs on one background thread of
+its own, with a Kafka client of its own (:class:`~.kafka_admin.KafkaAdmin` is not
+thread-safe, and the plan uses its client meanwhile).
+
+Why: at ten thousand partitions under a pattern, listing the subscription (a metadata
+request for the topic names, then DescribeTopicPartitions for the topics matched) cost
+~190 ms of the ~270 ms a plan took, nearly all of it confluent-kafka building a Python object
+per partition and replica (benchmarks/README.md, partitions_scale). Taken ahead, it is ready
+when the next ``latestOffset`` comes.
+
+What a listing taken ahead may miss, and who makes up for it: it is as old as the time
+between two plans (at most :data:`MAX_AGE_S`; an older one is dropped and the plan lists
+itself). A topic or partition created meanwhile is found by the next plan, as one created
+just after a plan always was. A topic deleted meanwhile fails the offsets request, which the
+plan already handles. A topic deleted and re-created meanwhile would look like the same
+topic: so the plan describes again, after its offsets were answered, every topic it will read
+records from, and lists itself whenever one has changed
+(:meth:`~.enumerator.Enumerator._verify_listing`). A topic it reads nothing from can be
+re-created unseen until it has records to read, which is when the difference matters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from backlog_source.core import gc_pause
+from backlog_source.core.settings import SourceSettings
+from backlog_source.enumerator.kafka_admin import OffsetsClient
+from backlog_source.enumerator.subscription import Covered, Subscription
+
+log = logging.getLogger(__name__)
+
+#: A listing started longer ago than this is not used: the plan lists itself. Under a short
+#: trigger interval (``0 seconds``, the low-latency mode's) plans come well within it; under
+#: a long one, listing is a small part of the interval and the plan pays for it, so topics
+#: and partitions are found when Spark's own source finds them, at the batch after they appear.
+MAX_AGE_S = 5.0
+
+Submit = Callable[[Callable[[], Covered]], "Future[Covered]"]
+
+
+class ListingAhead:
+    """One listing of the subscription at a time, started by :meth:`start` and taken by
+    :meth:`take`. Both are called from the planner's thread only (Spark calls serially)."""
+
+    def __init__(self, settings: SourceSettings, client: OffsetsClient, *, clock: Callable[[], float] = time.monotonic,
+                 submit: Submit | None = None) -> None:
+        """``client``: this listing's own (closed by :meth:`close`). ``clock`` and ``submit``
+        (run a listing; None: on this object's background thread) are replaced by unit tests."""
+        # wait_for_topics=False: a subscribed topic that does not exist yet is logged by the
+        # plan's own listing, once, not again by this one.
+        self._subscription = Subscription(settings, client, wait_for_topics=False)
+        self._client = client
+        self._clock = clock
+        self._executor: ThreadPoolExecutor | None = None
+        self._submit = submit if submit is not None else self._on_background_thread
+        self._ahead: tuple[float, Future[Covered]] | None = None
+
+    def start(self) -> None:
+        """List the subscription now, in the background, for the next plan; nothing when a
+        listing started earlier has not been taken yet."""
+        if self._ahead is None:
+            self._ahead = (self._clock(), self._submit(self._list))
+
+    def take(self) -> Covered | None:
+        """The listing :meth:`start` began, once it has ended (waiting for it, bounded by the
+        client's own deadline); None when none was started, it began more than
+        :data:`MAX_AGE_S` ago, or it failed (the plan then lists itself, and reports what is
+        wrong as its own listing finds it)."""
+        if self._ahead is None:
+            return None
+        started, listing = self._ahead
+        self._ahead = None
+        if self._clock() - started > MAX_AGE_S:
+            return None
+        try:
+            return listing.result()
+        except Exception as exc:  # process boundary: the background thread's failure; the plan lists again
+            log.debug("the listing taken ahead failed; the plan lists the subscription itself: %s", exc)
+            return None
+
+    def close(self) -> None:
+        """Drop a listing not taken, stop the thread and the client (a listing still running
+        ends on its own, bounded by its deadline)."""
+        self._ahead = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self._client.close()
+
+    def _list(self) -> Covered:
+        # The answer builds an object per partition and replica: the collector held off as
+        # the plan holds it (core/gc_pause.py).
+        with gc_pause.paused():
+            return self._subscription.covered()
+
+    def _on_background_thread(self, listing: Callable[[], Covered]) -> "Future[Covered]":
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backlog-listing-ahead")
+        return self._executor.submit(listing)

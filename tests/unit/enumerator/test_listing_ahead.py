@@ -1,0 +1,231 @@
+"""The subscription listed ahead of the next plan: what a plan takes from it, and what it
+verifies itself (a listing taken ahead never decides data loss, nor hides a re-created topic
+the batch reads from)."""
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from backlog_source.core.buckets import Bucket
+from backlog_source.core.errors import DataLossError
+from backlog_source.core.settings import parse_options
+from backlog_source.enumerator import listing_ahead
+from backlog_source.enumerator.enumerator import Enumerator
+from backlog_source.enumerator.kafka_admin import TopicsDeletedError
+from backlog_source.enumerator.listing_ahead import ListingAhead
+from backlog_source.split.planning import ReadBudget
+from tests.fakes import FakeClock, FakeControlTopic, FakeOffsetsClient, FakeRecordSizes
+
+T1, T2 = Bucket("t1", 0), Bucket("t2", 0)
+
+
+class Cluster(FakeOffsetsClient):
+    """Records which topics each description named; an offsets request naming a deleted
+    topic fails as Apache Kafka's does (the planner handles :class:`TopicsDeletedError`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.described: list[set[str]] = []
+
+    def describe_topics(self, topics):
+        self.described.append(set(topics))
+        return super().describe_topics(topics)
+
+    def latest_offsets(self, buckets, known=None, sent=None):
+        gone = sorted({b.topic for b in buckets if b.topic not in self.topics})
+        if gone:
+            raise TopicsDeletedError(gone)
+        return super().latest_offsets(buckets, known, sent)
+
+
+def submit_now(listing):
+    """Run the listing at once, on the caller's thread: what the cluster looks like when
+    :meth:`ListingAhead.start` is called is what the listing finds."""
+    answer: Future = Future()
+    try:
+        answer.set_result(listing())
+    except Exception as exc:  # what the background thread's future would hold
+        answer.set_exception(exc)
+    return answer
+
+
+def planner(options=None, topics=None, clock=None):
+    clock = clock or FakeClock()
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*",
+                              "backlog.minPollIntervalMs": "0", **(options or {})})
+    cluster = Cluster(topics=topics if topics is not None else {"t1": [(0, 10)], "t2": [(0, 20)]})
+    ahead = ListingAhead(settings, cluster, clock=clock, submit=submit_now)
+    enumerator = Enumerator(settings, cluster, FakeControlTopic(), clock=clock, record_sizes=FakeRecordSizes(),
+                            listing_ahead=ahead)
+    return enumerator, cluster
+
+
+def plan(enumerator, start):
+    """One ``latestOffset`` as the stream reader makes it: the plan, then the next listing."""
+    end = enumerator.latest_offset(start, ReadBudget())
+    enumerator.list_ahead()
+    return end
+
+
+def test_a_plan_takes_the_listing_made_ahead_and_describes_again_only_the_topics_it_reads_from():
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.append("t1", 0, 5)
+    cluster.calls.clear()
+    cluster.described.clear()
+    end = plan(enumerator, start)
+    assert end.positions == {T1: 15, T2: 20}
+    # The plan itself: no listing of the cluster, one description of t1 (it has records to
+    # read) after its offsets; then the next listing ahead (topic names, both described).
+    assert cluster.calls == ["send_latest_offsets", "latest_offsets", "describe_topics", "topic_names", "describe_topics"]
+    assert cluster.described == [{"t1"}, {"t1", "t2"}]
+
+
+def test_a_topic_recreated_after_the_listing_ahead_is_found_by_the_batch_that_reads_it():
+    """Deleted and re-created, refilled past the positions read, after the listing was taken
+    ahead: the listing still has the old topic id, but the batch reads from the topic, so it
+    describes it again and plans as if it had listed itself: it fails, or reads the new topic
+    from its start, in this batch, not the next."""
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.recreate("t1", [(0, 30)])
+    with pytest.raises(DataLossError, match=r"t1 \(topic id t1-0 -> t1-1\) were deleted and re-created"):
+        plan(enumerator, start)
+
+    enumerator, cluster = planner({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.recreate("t1", [(0, 30)])
+    end = plan(enumerator, start)
+    assert end.starts == {T1: 0} and end.positions == {T1: 30, T2: 20} and end.topic_ids["t1"] == "t1-1"
+
+
+def test_a_topic_recreated_with_nothing_to_read_is_found_when_it_has_records():
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.recreate("t2", [(0, 20)])  # refilled to exactly where the query is: nothing to read
+    cluster.append("t1", 0, 1)
+    first = plan(enumerator, start)
+    assert first.positions == {T1: 11, T2: 20} and first.topic_ids["t2"] == "t2-0"  # nothing read from t2
+    cluster.append("t2", 0, 1)
+    with pytest.raises(DataLossError, match=r"t2 \(topic id t2-0 -> t2-1\)"):
+        plan(enumerator, first)
+
+
+def test_a_topic_deleted_after_the_listing_ahead_is_decided_on_the_plans_own_listing():
+    enumerator, cluster = planner({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    del cluster.topics["t2"]
+    cluster.append("t1", 0, 2)
+    end = plan(enumerator, start)
+    assert end.positions == {T1: 12} and set(end.topic_ids) == {"t1"}
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    del cluster.topics["t2"]
+    with pytest.raises(DataLossError, match=r"t2-0 \(next offset 20\).* no longer exist"):
+        plan(enumerator, start)
+
+
+def test_a_topic_the_listing_ahead_found_deleted_is_listed_again_before_anything_is_called_lost():
+    """Deleted when the listing was taken ahead, created again before the plan: what was lost
+    is the old topic's records (re-created), not the partition (gone); the plan's own listing
+    says which."""
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    partitions = cluster.topics.pop("t2")
+    enumerator.list_ahead()
+    cluster.recreate("t2", partitions)
+    with pytest.raises(DataLossError, match=r"t2 \(topic id t2-0 -> t2-1\) were deleted and re-created"):
+        plan(enumerator, start)
+
+
+def test_a_partition_added_after_the_listing_ahead_is_read_from_the_next_batch_or_at_once_if_its_topic_is_read():
+    enumerator, cluster = planner({"startingOffsets": "earliest"})
+    drained = plan(enumerator, enumerator.initial_offset())  # read from every topic: listed itself
+    cluster.append("t1", 0, 1)
+    start = plan(enumerator, drained)  # read from t1 only: the next listing is taken ahead
+    cluster.topics["t2"].append((0, 3))
+    cluster.append("t1", 0, 1)
+    first = plan(enumerator, start)
+    assert Bucket("t2", 1) not in first.positions  # listed before it existed, and t2 was not read
+    second = plan(enumerator, first)
+    assert second.starts[Bucket("t2", 1)] == 0 and second.positions[Bucket("t2", 1)] == 3
+    cluster.topics["t1"].append((0, 4))
+    cluster.append("t1", 0, 1)
+    third = plan(enumerator, second)
+    assert third.positions[Bucket("t1", 1)] == 4  # t1 is read: described again, its new partition seen
+
+
+def test_no_listing_ahead_after_a_plan_that_read_from_every_topic():
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    cluster.append("t1", 0, 1)
+    cluster.append("t2", 0, 1)
+    cluster.calls.clear()
+    plan(enumerator, start)
+    assert "topic_names" in cluster.calls[:2] and cluster.calls[-1] == "latest_offsets"  # listed itself; none ahead
+
+
+def test_a_listing_older_than_its_maximum_age_is_not_used():
+    clock = FakeClock()
+    enumerator, cluster = planner(clock=clock)
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.topics["t3"] = [(0, 7)]
+    clock.advance(listing_ahead.MAX_AGE_S + 1)
+    end = plan(enumerator, start)
+    # The plan's own listing found it (the one taken ahead did not have it).
+    assert end.starts[Bucket("t3", 0)] == 0 and end.positions[Bucket("t3", 0)] == 7 and end.topic_ids["t3"] == "t3-0"
+
+
+def test_taking_starting_and_closing():
+    clock = FakeClock()
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t1"})
+    cluster = Cluster(topics={"t1": [(0, 1)]})
+    submitted = []
+
+    def submit(listing):
+        submitted.append(listing)
+        return submit_now(listing)
+
+    ahead = ListingAhead(settings, cluster, clock=clock, submit=submit)
+    assert ahead.take() is None  # none started
+    ahead.start()
+    ahead.start()  # one listing at a time
+    assert len(submitted) == 1
+    assert set(ahead.take().buckets) == {T1}
+    assert ahead.take() is None  # taken once
+
+    def failing(listing):
+        answer: Future = Future()
+        answer.set_exception(RuntimeError("no broker"))
+        return answer
+
+    failed = ListingAhead(settings, cluster, clock=clock, submit=failing)
+    failed.start()
+    assert failed.take() is None  # the plan lists itself, and reports what is wrong
+    ahead.start()
+    ahead.close()
+    assert ahead.take() is None and cluster.closed == 1
+
+
+def test_the_listing_runs_on_a_background_thread_of_its_own():
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t1"})
+    threads = []
+
+    class Watched(Cluster):
+        def describe_topics(self, topics):
+            threads.append(threading.current_thread().name)
+            return super().describe_topics(topics)
+
+    ahead = ListingAhead(settings, Watched(topics={"t1": [(0, 1)]}))
+    ahead.start()
+    assert set(ahead.take().buckets) == {T1}
+    assert threads and threads[0].startswith("backlog-listing-ahead")
+    ahead.close()
