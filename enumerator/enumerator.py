@@ -364,11 +364,15 @@ class Enumerator:
         ahead: one deleted and re-created since then would otherwise be read from the old
         topic's positions. Raises :class:`_ListingOutdated` when one differs.
 
-        Also decides whether the next listing is taken ahead: not when this batch reads from
-        every topic listed, where describing them again is the whole listing's cost."""
+        Also decides whether the next listing is taken ahead: not after a batch that reads
+        from every topic listed (one topic with traffic, typically), where describing them
+        again is the whole listing's cost. A plan that finds nothing to read leaves the
+        decision as it was: the next batch with records is likely to read what the last one did."""
         reading = {b.topic for b in read_from if latest[b] != read_from[b]} | (topic_ids.keys() - start.topic_ids.keys())
+        if not reading:
+            return
         self._list_ahead_next = len(reading) < len(topic_ids)
-        if not listed_ahead or not reading:
+        if not listed_ahead:
             return
         with step_timings.step("driver.refresh.verify"):
             described = self._client.describe_topics(reading)

@@ -168,8 +168,19 @@ def test_no_listing_ahead_after_a_plan_that_read_from_every_topic():
     cluster.append("t1", 0, 1)
     cluster.append("t2", 0, 1)
     cluster.calls.clear()
-    plan(enumerator, start)
+    end = plan(enumerator, start)
     assert "topic_names" in cluster.calls[:2] and cluster.calls[-1] == "latest_offsets"  # listed itself; none ahead
+    cluster.calls.clear()
+    assert plan(enumerator, end) is end  # nothing to read: still none ahead (one topic of many partitions, idle)
+    assert cluster.calls[-1] == "latest_offsets"
+    cluster.append("t1", 0, 1)
+    cluster.calls.clear()
+    after = plan(enumerator, end)  # reads from one topic of two: the next listing is taken ahead
+    assert cluster.calls[-2:] == ["topic_names", "describe_topics"]
+    cluster.append("t1", 0, 1)
+    cluster.calls.clear()
+    plan(enumerator, after)
+    assert cluster.calls[:2] == ["send_latest_offsets", "latest_offsets"]  # and taken by the next plan
 
 
 def test_a_listing_older_than_its_maximum_age_is_not_used():
