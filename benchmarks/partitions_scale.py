@@ -122,7 +122,12 @@ def create_and_fill(bootstrap: str, topics: dict[str, int], records_per_partitio
             [future] = admin.create_partitions([NewPartitions(topic, min(count, partitions))],
                                                request_timeout=CREATE_TIMEOUT_S).values()
             future.result(timeout=CREATE_TIMEOUT_S)
-    wait_for(lambda: answered(admin, topics), CREATE_TIMEOUT_S, "the new topics' leaders", interval_s=1.0)
+    failures: list[Exception] = []
+    try:
+        wait_for(lambda: answered(bootstrap, topics, failures), CREATE_TIMEOUT_S, "the new topics' leaders",
+                 interval_s=1.0)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; the last ListOffsets failed with: {failures[-1:]}") from None
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "acks": "all"})
     for topic, partitions in topics.items():
         for partition in range(partitions):
@@ -197,11 +202,15 @@ def _paused(call):
         return call()
 
 
-def answered(admin, topics: dict[str, int]) -> bool:
-    """Whether every partition of ``topics`` answers ListOffsets (has a leader)."""
+def answered(bootstrap: str, topics: dict[str, int], failures: list[Exception]) -> bool:
+    """Whether every partition of ``topics`` answers ListOffsets (has a leader), asked with a
+    fresh client each time: a client kept since before a topic grew by CreatePartitions was
+    seen failing for ten minutes on 10,000 partitions while a fresh one answered at once.
+    A failure is appended to ``failures``."""
     try:
-        log_ends(admin, topics)
-    except Exception:  # no leader yet: asked again
+        log_ends(AdminClient({"bootstrap.servers": bootstrap}), topics)
+    except Exception as exc:  # no leader yet: asked again
+        failures.append(exc)
         return False
     return True
 
