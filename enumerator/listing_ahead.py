@@ -1,8 +1,8 @@
 """The subscription listed ahead of the next plan, while Spark runs the batch just planned
 (Flink's ``KafkaSourceEnumerator`` discovers partitions the same way, off the planning path).
 
-Which process: the driver's planner runner; the listing runs on one background thread of
-its own, with a Kafka client of its own (:class:`~.kafka_admin.KafkaAdmin` is not
+Which process: the driver's planner runner; each listing runs on a daemon thread of its
+own (one at a time), with a Kafka client of its own (:class:`~.kafka_admin.KafkaAdmin` is not
 thread-safe, and the plan uses its client meanwhile).
 
 Why: at ten thousand partitions under a pattern, listing the subscription (a metadata
@@ -25,9 +25,10 @@ re-created unseen until it has records to read, which is when the difference mat
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from backlog_source.core import gc_pause
 from backlog_source.core.settings import SourceSettings
@@ -58,8 +59,7 @@ class ListingAhead:
         self._subscription = Subscription(settings, client, wait_for_topics=False)
         self._client = client
         self._clock = clock
-        self._executor: ThreadPoolExecutor | None = None
-        self._submit = submit if submit is not None else self._on_background_thread
+        self._submit = submit if submit is not None else _on_daemon_thread
         self._ahead: tuple[float, Future[Covered]] | None = None
 
     def start(self) -> None:
@@ -86,12 +86,9 @@ class ListingAhead:
             return None
 
     def close(self) -> None:
-        """Drop a listing not taken, stop the thread and the client (a listing still running
-        ends on its own, bounded by its deadline)."""
+        """Drop a listing not taken and close the client (a listing still running ends on its
+        own, bounded by its deadline; its thread never holds up the process's exit)."""
         self._ahead = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
         self._client.close()
 
     def _list(self) -> Covered:
@@ -100,7 +97,19 @@ class ListingAhead:
         with gc_pause.paused():
             return self._subscription.covered()
 
-    def _on_background_thread(self, listing: Callable[[], Covered]) -> "Future[Covered]":
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backlog-listing-ahead")
-        return self._executor.submit(listing)
+
+def _on_daemon_thread(listing: Callable[[], Covered]) -> "Future[Covered]":
+    """Run ``listing`` on a daemon thread of its own (a few a second at most: one per plan).
+    Not a ThreadPoolExecutor: Python joins its threads at exit, and a listing waiting on
+    brokers that are gone would hold up the runner's exit for its whole deadline."""
+    answer: Future[Covered] = Future()
+    answer.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            answer.set_result(listing())
+        except BaseException as exc:  # process boundary: the thread's failure is the future's; take() handles it
+            answer.set_exception(exc)
+
+    threading.Thread(target=run, name="backlog-listing-ahead", daemon=True).start()
+    return answer
