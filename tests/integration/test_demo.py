@@ -85,7 +85,7 @@ def wait_until_stopped(demo: subprocess.Popen, port: int, exit_code: int) -> Non
     """Wait for the demo to end with ``exit_code``, having said it stops everything, without a
     traceback; then for its broker to stop listening."""
     out, err = demo.communicate(timeout=120)
-    assert demo.returncode == exit_code, err[-3000:]
+    assert demo.returncode == exit_code, f"stdout: {out[-2000:]}\nstderr: {err[-3000:]}"
     assert "stopping: the producer, the query" in out
     assert "Traceback" not in err, err[-3000:]
 
