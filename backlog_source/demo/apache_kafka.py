@@ -39,7 +39,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from backlog_source.demo.errors import EmbeddedBrokerError
+from backlog_source.demo.errors import EmbeddedBrokerError, interruption_in
 
 #: Where ``make jvm`` puts the broker's jars, relative to the repository root.
 LIBS_FOLDER = Path(".jvm") / "kafka-broker"
@@ -289,6 +289,9 @@ class KafkaCluster:
                     return
                 last_error = f"{len(brokers)} of {want} brokers registered"
             except Exception as exc:  # process boundary: a broker starting up; any client error means "wait"
+                interrupted = interruption_in(exc)
+                if interrupted is not None:
+                    raise interrupted from None
                 last_error = str(exc)
                 # A fresh client asks the nodes' own ports again: this one may have learned an
                 # advertised address nothing listens on yet (a test's proxy, started once the

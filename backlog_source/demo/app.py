@@ -32,7 +32,7 @@ from backlog_source.core.tracing import exporter
 from backlog_source.datasource import set_worker_environment
 from backlog_source.demo.apache_kafka import kafka_version, start_kafka
 from backlog_source.demo.embedded_broker import start_broker
-from backlog_source.demo.errors import DemoError
+from backlog_source.demo.errors import DemoError, interruption_in
 from backlog_source.demo.monitor import QueryMonitor
 from backlog_source.demo.otlp_receiver import OtlpReceiver
 from backlog_source.demo.report import HIGH, LOW, mode_at, summarize, summary_table, write_timeline
@@ -51,7 +51,8 @@ OUTPUT_ENTRIES = ("parquet", "checkpoint", "spans.jsonl", "timeline.png", "summa
 class StopRequested(BaseException):
     """Stop everything in order (:class:`_StopSignals`). A BaseException, as KeyboardInterrupt
     is: raised from a signal handler anywhere, a broad ``except Exception`` on its way (the
-    seeding's, a library's) must not turn it into a failure."""
+    seeding's, a library's) must not turn it into a failure; where a C extension wrapped it in
+    a SystemError, :func:`~backlog_source.demo.errors.interruption_in` finds it."""
 
 
 class _StopSignals:
@@ -116,15 +117,23 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
         try:
             summary = _run(settings, console, resources, stop_signals)
         except (KeyboardInterrupt, StopRequested):
-            console.print("[yellow]stopping: the producer, the query (at a batch boundary), Spark, the broker[/]")
-            return stop_signals.exit_code
-        except DemoError as exc:
+            return _stopping(console, stop_signals)
+        except Exception as exc:
+            if interruption_in(exc) is not None:  # a stop a library wrapped
+                return _stopping(console, stop_signals)
+            if not isinstance(exc, DemoError):
+                raise
             console.print(f"[red]demo failed:[/] {exc}")
             spark_log = Path(settings.output) / "spark.log"
             if spark_log.exists():
                 console.print(f"Spark's own output is in {spark_log}")
             return 1
     return 0 if summary["exactly_once"] else 1
+
+
+def _stopping(console: Console, stop_signals: _StopSignals) -> int:
+    console.print("[yellow]stopping: the producer, the query (at a batch boundary), Spark, the broker[/]")
+    return stop_signals.exit_code
 
 
 def _run(settings: DemoSettings, console: Console, resources: ExitStack, stop_signals: _StopSignals) -> dict:
@@ -217,6 +226,9 @@ def _seed(settings: DemoSettings, bootstrap: str, console: Console) -> int:
     try:
         create_topic(bootstrap, settings.topic, settings.partitions)
     except Exception as exc:  # process boundary: the demo's own setup; the topic may exist on a real cluster: add to it
+        stop = interruption_in(exc)
+        if stop is not None:
+            raise stop from None
         console.print(f"topic {settings.topic} not created ({exc}); seeding into the existing topic")
     partitions = _partition_count(bootstrap, settings)
     value = b"s" * settings.value_size

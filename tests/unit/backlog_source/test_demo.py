@@ -183,3 +183,76 @@ def test_ctrl_c_before_spark_started_is_pythons_own_keyboard_interrupt(stop_sign
     stop_signals.catch_termination()
     assert signal.getsignal(signal.SIGINT) is not stop_signals._handle
     assert stop_signals.exit_code == 130
+
+
+def _wrapped_by_a_c_extension(stop: BaseException) -> SystemError:
+    """What CPython makes of a signal handler's exception raised while a C extension called
+    back into Python (as confluent-kafka's ``create_topics`` does): a SystemError caused by it."""
+    try:
+        try:
+            raise stop
+        except BaseException as inner:
+            raise SystemError("<built-in method create_topics> returned a result with an exception set") from inner
+    except SystemError as wrapped:
+        return wrapped
+
+
+def test_a_stop_wrapped_by_a_c_extension_while_creating_the_topic_stops_the_seeding(no_backlog_env, monkeypatch):
+    from backlog_source.demo import app
+    from backlog_source.demo.app import StopRequested
+
+    def create_topic(*_args):
+        raise _wrapped_by_a_c_extension(StopRequested())
+
+    def partition_count(*_args):
+        raise AssertionError("seeding went on after the stop")
+
+    monkeypatch.setattr(app, "create_topic", create_topic)
+    monkeypatch.setattr(app, "_partition_count", partition_count)
+    console = Console(record=True)
+    with pytest.raises(StopRequested):
+        app._seed(parse(["--bootstrap-servers", "127.0.0.1:9", "--seed"]), "127.0.0.1:9", console)
+    assert "not created" not in console.export_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_a_library_wrapped_ends_the_demo_as_the_stop_not_as_a_failure(no_backlog_env, monkeypatch, signum):
+    from backlog_source.demo import app
+
+    def run_until_the_signal(settings, console, resources, stop_signals):
+        try:
+            signal.raise_signal(signum)
+        except app.StopRequested as stop:
+            raise _wrapped_by_a_c_extension(stop) from None
+
+    monkeypatch.setattr(app, "_run", run_until_the_signal)
+    console = Console(record=True)
+    assert app.run(parse(["--output", "out"]), console) == 128 + signum
+    assert "stopping: the producer" in console.export_text()
+
+
+def test_a_failure_that_is_not_a_stop_still_fails_the_demo(no_backlog_env, monkeypatch):
+    from backlog_source.demo import app
+
+    def fails(*_args):
+        raise SystemError("a library's own bug")
+
+    monkeypatch.setattr(app, "_run", fails)
+    with pytest.raises(SystemError, match="a library's own bug"):
+        app.run(parse(["--output", "out"]), Console(record=True))
+
+
+def test_interruption_in_finds_a_keyboard_interrupt_behind_a_chain_and_nothing_in_plain_failures():
+    from backlog_source.demo.errors import interruption_in
+
+    wrapped = _wrapped_by_a_c_extension(KeyboardInterrupt())
+    assert isinstance(interruption_in(wrapped), KeyboardInterrupt)
+    try:
+        try:
+            raise wrapped
+        except SystemError:
+            raise RuntimeError("handled badly")  # noqa: B904 (the implicit context is the point)
+    except RuntimeError as outer:
+        assert isinstance(interruption_in(outer), KeyboardInterrupt)
+    assert interruption_in(SystemError("a library's own bug")) is None
+    assert interruption_in(_wrapped_by_a_c_extension(ValueError("no"))) is None
