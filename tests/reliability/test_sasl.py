@@ -476,24 +476,33 @@ def python_streaming_warm(spark, tmp_path_factory) -> None:
         query.stop()
 
 
+#: The admin request's attempts in test_a_wrong_secret_...: ``fetchOffset.numRetries`` (3) + 1
+#: of 60 s, far longer than Spark takes to start a query on any machine.
+ATTEMPTS, ATTEMPT_S = 4, 60
+
+
 @pytest.mark.usefixtures("python_streaming_warm")
 @pytest.mark.parametrize("wrong", ["scram-sha-512 password", "ca", "client certificate", "no client certificate",
                                    "key store password", "key password"])
 def test_a_wrong_secret_or_certificate_fails_soon_after_start_leading_with_its_cause(secured, spark, topic_name,
                                                                                       tmp_path, wrong):
-    """Options as a user leaves them (Kafka's default timeouts): the query fails on its own
-    within 10 s of ``start()`` (issue 48), its error's first words the cause, and no secret in it."""
+    """The query fails on its own soon after ``start()`` (issue 48), its error's first words the
+    cause, and no secret in it. Soon: before the admin request's first attempt could end, so the
+    refusal cut it short. With Kafka's defaults an attempt is 7.5 s, too close to Spark's own
+    start on a loaded machine to tell the two apart; here it is 60 s (a 4-minute
+    ``kafka.default.api.timeout.ms``), and the figures with the defaults are docs/security.md's."""
     servers, options, starts, holds = wrong_ones(secured)[wrong]
     make_topic(secured.cluster, topic_name, 1, per_partition=10)
     started = time.monotonic()
     try:
         query, _ = start(spark, "backlog", servers, {"subscribe": topic_name, "startingOffsets": "earliest",
+                                                     "kafka.default.api.timeout.ms": str(ATTEMPTS * ATTEMPT_S * 1000),
                                                      **options}, tmp_path / "ckpt", trigger={"availableNow": True})
     except Exception as exc:  # noqa: BLE001 - a key store that cannot be read fails at load()
         failure = str(exc)
     else:
         try:
-            wait_for(lambda: query.exception() is not None or not query.isActive, 30, "the query to fail")
+            wait_for(lambda: query.exception() is not None or not query.isActive, 2 * ATTEMPT_S, "the query to fail")
             failure = str(query.exception())
         finally:
             query.stop()
@@ -505,7 +514,7 @@ def test_a_wrong_secret_or_certificate_fails_soon_after_start_leading_with_its_c
     assert holds in found.group(2), found.group(2)
     # What librdkafka cannot read fails at load(); a refused connection as soon as librdkafka's
     # error callback reports it, not when the request's attempt ends (enumerator/kafka_admin.py).
-    assert elapsed < 10, f"failed after {elapsed:.1f} s"
+    assert elapsed < ATTEMPT_S, f"failed after {elapsed:.1f} s: when the request's attempt ended, not on the refusal"
     secrets = [value for key, value in options.items() if key.endswith("password")]
     secrets += re.findall(r'password="([^"]+)"', options.get("kafka.sasl.jaas.config", ""))
     assert_no_secret([*secrets, secured.reader_password, secured.tls.password], error=failure)
