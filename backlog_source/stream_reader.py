@@ -142,11 +142,14 @@ class BacklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The splits of the batch ``[start, end)``, planned by the enumerator
-        (:func:`~backlog_source.split.batch_splits.plan_splits`): a pure function of the two
-        offsets, so a replayed batch reads the same ranges; whether its readers publish control
-        events is the run's decision (:meth:`Enumerator.publishes_events`)."""
+        (:func:`~backlog_source.split.batch_splits.plan_splits`): a function of the two
+        offsets, so a replayed batch reads the same ranges, except the ranges of a topic
+        deleted and re-created since the offsets were planned (:meth:`Enumerator.confirm_reads`:
+        the batch fails, or reads nothing of it); whether its readers publish control events is
+        the run's decision (:meth:`Enumerator.publishes_events`)."""
         with step_timings.step("driver.partitions"), gc_pause.paused():
-            reads = self._decode(end).reads_since(self._decode(start))
+            end_offset = self._decode(end)
+            reads = self.enumerator.confirm_reads(end_offset, end_offset.reads_since(self._decode(start)))
             return plan_splits(reads, self._driver_settings(), publish_events=self.enumerator.publishes_events())
 
     def commit(self, end: dict) -> None:

@@ -60,6 +60,7 @@ from backlog_source.enumerator.state import (
 from backlog_source.enumerator.subscription import Covered, Subscription
 from backlog_source.events.control_topic import ControlTopic
 from backlog_source.events.sizes_report import TopicSizes, split_size_reports
+from backlog_source.split.batch_splits import BatchReads
 from backlog_source.split.planning import ReadBudget, byte_limit, lag, rate_limit
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,11 @@ class Enumerator:
         self._clock = clock
         self._subscription = Subscription(settings, client)
         self._listing_ahead = listing_ahead
-        self._list_ahead_next = True  # see _verify_listing
+        # The topics the last plan reads records from (described again after its offsets were
+        # answered: _note_reading), and the end of the batch whose listing ahead describes them.
+        self._reading: frozenset[str] = frozenset()
+        self._last_end: SourceOffset | None = None
+        self._verifying: SourceOffset | None = None
         self._starting = StartingOffsets(settings, client, snapshot_loader)
         self._initial: SourceOffset | None = None
         self._resumed: bool | None = None  # decided by the run's first latest_offset call
@@ -213,6 +218,7 @@ class Enumerator:
         else:
             restart = False
         end = self._plan_next(start, budget, restart)
+        self._last_end = end
         if end != start and end.plan is not None and end.plan.bytes:
             self._last_planned = (end, self._clock(), end.plan.bytes)
         quiet_ms = self._settings.backlog_min_poll_interval_ms
@@ -288,9 +294,10 @@ class Enumerator:
         query; otherwise the bucket is dropped, or read again from its earliest offset.
 
         The listing is the one taken ahead while the last batch ran (:mod:`.listing_ahead`)
-        when there is one; it is verified (:meth:`_verify_listing`), and when it is out of
-        date the plan lists the subscription itself. Every data-loss decision is made on
-        the plan's own listing, never on one taken ahead.
+        when there is one; when it shows a topic read so far gone or re-created, the plan
+        lists the subscription itself: every data-loss decision is made on the plan's own
+        listing, never on one taken ahead. A topic re-created after the listing and before
+        the offsets request is caught before the batch reads it (:meth:`confirm_reads`).
 
         A topic deleted between listing it and asking its offsets
         (:class:`TopicsDeletedError`) is handled as if the listing had not had it; one
@@ -347,7 +354,7 @@ class Enumerator:
             unchanged = not recreated and not gone and not new
             latest = self._client.latest_offsets(read_from.keys(), known=positions,
                                                  sent=sent if unchanged else None) if read_from else {}
-        self._verify_listing(start, covered, topic_ids, read_from, latest, listed_ahead is not None)
+        self._note_reading(start, topic_ids, read_from, latest)
         for bucket in sorted(new):
             log.info("discovered %s; it is read from its earliest offset %d", bucket, starts[bucket])
         if target is not None:
@@ -357,36 +364,63 @@ class Enumerator:
         self._latest = latest
         return View({**read_from, **starts}, starts, latest, frozenset(gone) | frozenset(recreated), topic_ids)
 
-    def _verify_listing(self, start: SourceOffset, covered: Covered, topic_ids: Mapping[str, str],
-                        read_from: Mapping[Bucket, int], latest: Mapping[Bucket, int], listed_ahead: bool) -> None:
-        """The topics this batch reads records from (or moved backwards, or new to the
-        query), described again after their offsets were answered when the listing was taken
-        ahead: one deleted and re-created since then would otherwise be read from the old
-        topic's positions. Raises :class:`_ListingOutdated` when one differs.
-
-        Also decides whether the next listing is taken ahead: not after a batch that reads
-        from every topic listed (one topic with traffic, typically), where describing them
-        again is the whole listing's cost. A plan that finds nothing to read leaves the
-        decision as it was: the next batch with records is likely to read what the last one did."""
+    def _note_reading(self, start: SourceOffset, topic_ids: Mapping[str, str], read_from: Mapping[Bucket, int],
+                      latest: Mapping[Bucket, int]) -> None:
+        """The topics this batch may read records from (or moved backwards, or new to the
+        query): the next listing describes them first, and :meth:`confirm_reads` checks them
+        before the batch's ranges are handed out. A plan that finds nothing to read keeps the
+        last ones: it runs no batch."""
         reading = {b.topic for b in read_from if latest[b] != read_from[b]} | (topic_ids.keys() - start.topic_ids.keys())
-        if not reading:
-            return
-        self._list_ahead_next = len(reading) < len(topic_ids)
-        if not listed_ahead:
-            return
-        with step_timings.step("driver.refresh.verify"):
-            described = self._client.describe_topics(reading)
-        changed = sorted(t for t in reading if described.get(t) != covered.topics.get(t))
-        if changed:
-            raise _ListingOutdated(f"topic(s) {', '.join(changed)} changed")
+        if reading:
+            self._reading = frozenset(reading)
 
     def list_ahead(self) -> None:
         """Start listing the subscription for the next plan, in the background, while Spark
-        runs the batch just planned (:mod:`.listing_ahead`): after every ``latestOffset``,
-        unless there is no listing ahead for this query, or the last plan read from every
-        topic it listed (it would describe them all again anyway)."""
-        if self._listing_ahead is not None and self._list_ahead_next:
-            self._listing_ahead.start()
+        writes and runs the batch just planned (:mod:`.listing_ahead`), after every
+        ``latestOffset``; the topics that batch reads from are described first, for
+        :meth:`confirm_reads`. Nothing when there is no listing ahead for this query."""
+        if self._listing_ahead is None:
+            return
+        started = self._listing_ahead.start(verify=self._reading)
+        self._verifying = self._last_end if started and self._reading else None
+
+    def confirm_reads(self, end: SourceOffset, reads: BatchReads) -> BatchReads:
+        """``reads`` (the batch ending at ``end``) without the ranges of a topic deleted and
+        re-created since its offsets were planned: the plan recorded each topic's id
+        (KIP-516) beside offsets it asked Kafka for, and a topic re-created just before that
+        answered them with the new topic's offsets, which the old topic's positions would read
+        from. Called by ``partitions()``, on the driver, before the batch's ranges reach
+        executors, so the topics are described after the plan's offsets were answered: by the
+        listing ahead when this is the batch just planned (:meth:`list_ahead`), here otherwise
+        (a batch replayed from the offset log after a restart).
+
+        Fails under ``failOnDataLoss`` (:class:`DataLossError`); otherwise the batch reads
+        nothing of those topics, and the next plan reads the re-created topic from its
+        earliest offsets. A deleted topic is left to the readers, which report its partitions
+        gone."""
+        topics = {b.topic for b, first in reads.start.items() if reads.end.get(b, first) > first}
+        topics &= end.topic_ids.keys()  # an offset of a release before topic ids: nothing to compare
+        if not topics:
+            return reads
+        verified = self._listing_ahead.verified() if self._listing_ahead is not None and self._verifying is end else None
+        if verified is not None and topics <= verified.asked:
+            found = verified.found
+        else:
+            with step_timings.step("driver.partitions.describe"):
+                found = self._client.describe_topics(topics)
+        changed = sorted(t for t in topics if t in found and found[t].topic_id != end.topic_ids[t])
+        if not changed:
+            return reads
+        described = ", ".join(f"{t} (topic id {end.topic_ids[t]} -> {found[t].topic_id})" for t in changed)
+        report_data_loss(
+            self._settings.fail_on_data_loss,
+            f"topic(s) {described} were deleted and re-created after this batch's offsets were planned; records of "
+            "the old topic not yet read are lost, and the offsets planned do not apply to the new one",
+            instead="read nothing of them in this batch, and the re-created topic(s) from their earliest offsets "
+                    "in the next",
+        )
+        kept = {b: first for b, first in reads.start.items() if b.topic not in changed}
+        return replace(reads, start=kept, end={b: last for b, last in reads.end.items() if b.topic not in changed})
 
     def _recreated(self, start: SourceOffset, positions: Mapping[Bucket, int], topic_ids: Mapping[str, str],
                    target: Mapping[Bucket, int] | None) -> list[Bucket]:

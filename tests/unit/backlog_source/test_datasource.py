@@ -151,7 +151,8 @@ def test_the_collector_is_held_off_while_a_batch_is_planned_and_on_again_after(m
 def test_each_latest_offset_starts_the_next_listing_once_its_answer_is_ready():
     """enumerator/listing_ahead.py: the subscription is listed for the next plan after the
     plan is done (on a thread of its own in the runner; here at once), the collector held off
-    meanwhile as a plan holds it."""
+    meanwhile as a plan holds it, and the topics the batch reads described first, for
+    ``partitions()``."""
     import gc
     from concurrent.futures import Future
 
@@ -183,6 +184,9 @@ def test_each_latest_offset_starts_the_next_listing_once_its_answer_is_ready():
     end = reader.latestOffset(start, ReadAllAvailable())
     assert client.calls[-3:] == ["topic_names", "collector off", "describe_topics"]  # after the plan's own requests
     assert "latest_offsets" in client.calls[:-3] and gc.isenabled()
+    client.calls.clear()
+    # partitions() takes the description of t1 the listing made first, after the plan's offsets.
+    assert sum(s.records for s in reader.partitions(start, end)) == 5 and client.calls == []
     client.append("t1", 0, 5)
     client.calls.clear()
     reader.latestOffset(end, ReadAllAvailable())

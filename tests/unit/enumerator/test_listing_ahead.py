@@ -1,6 +1,6 @@
-"""The subscription listed ahead of the next plan: what a plan takes from it, and what it
-verifies itself (a listing taken ahead never decides data loss, nor hides a re-created topic
-the batch reads from)."""
+"""The subscription listed ahead of the next plan: what a plan takes from it, and what is
+verified before a batch's ranges are handed out (a listing taken ahead never decides data
+loss, nor hides a re-created topic the batch reads from)."""
 
 import threading
 from concurrent.futures import Future
@@ -68,39 +68,87 @@ def plan(enumerator, start):
     return end
 
 
-def test_a_plan_takes_the_listing_made_ahead_and_describes_again_only_the_topics_it_reads_from():
+def batch(enumerator, start):
+    """A batch as Spark runs it: ``latestOffset``, then ``partitions(start, end)``'s reads."""
+    end = plan(enumerator, start)
+    return end, enumerator.confirm_reads(end, end.reads_since(start))
+
+
+def test_a_plan_takes_the_listing_made_ahead_and_its_batch_describes_again_only_the_topics_it_reads_from():
     enumerator, cluster = planner()
     start = enumerator.initial_offset()
     enumerator.list_ahead()
     cluster.append("t1", 0, 5)
     cluster.calls.clear()
     cluster.described.clear()
-    end = plan(enumerator, start)
-    assert end.positions == {T1: 15, T2: 20}
-    # The plan itself: no listing of the cluster, one description of t1 (it has records to
-    # read) after its offsets; then the next listing ahead (topic names, both described).
+    end, reads = batch(enumerator, start)
+    assert end.positions == {T1: 15, T2: 20} and reads.start == {T1: 10, T2: 20} and reads.end[T1] == 15
+    # The plan itself: no listing of the cluster, only its offsets. Then the listing ahead:
+    # t1 described first (the batch reads from it), then the topic names, both described; the
+    # batch's partitions() takes t1's description, asking nothing more.
     assert cluster.calls == ["send_latest_offsets", "latest_offsets", "describe_topics", "topic_names", "describe_topics"]
     assert cluster.described == [{"t1"}, {"t1", "t2"}]
 
 
-def test_a_topic_recreated_after_the_listing_ahead_is_found_by_the_batch_that_reads_it():
+def test_a_topic_recreated_after_the_listing_ahead_is_not_read_from_the_old_topics_positions():
     """Deleted and re-created, refilled past the positions read, after the listing was taken
-    ahead: the listing still has the old topic id, but the batch reads from the topic, so it
-    describes it again and plans as if it had listed itself: it fails, or reads the new topic
-    from its start, in this batch, not the next."""
+    ahead: the plan asks its offsets of the new topic under the old topic id, but its batch's
+    topics are described again before the ranges are handed out: the batch fails, or reads
+    nothing of that topic, and the next one reads the new topic from its start."""
     enumerator, cluster = planner()
     start = enumerator.initial_offset()
     enumerator.list_ahead()
     cluster.recreate("t1", [(0, 30)])
-    with pytest.raises(DataLossError, match=r"t1 \(topic id t1-0 -> t1-1\) were deleted and re-created"):
-        plan(enumerator, start)
+    with pytest.raises(DataLossError, match=r"t1 \(topic id t1-0 -> t1-1\) were deleted and re-created after this "
+                                            r"batch's offsets were planned"):
+        batch(enumerator, start)
 
     enumerator, cluster = planner({"failOnDataLoss": "false"})
     start = enumerator.initial_offset()
     enumerator.list_ahead()
     cluster.recreate("t1", [(0, 30)])
+    end, reads = batch(enumerator, start)
+    assert end.topic_ids["t1"] == "t1-0" and set(reads.start) == {T2} and set(reads.end) == {T2}
+    cluster.append("t1", 0, 1)
+    after, reads = batch(enumerator, end)
+    assert after.starts == {T1: 0} and after.positions == {T1: 31, T2: 20} and after.topic_ids["t1"] == "t1-1"
+    assert reads.start[T1] == 0 and reads.end[T1] == 31
+
+
+def test_a_replayed_batch_describes_its_topics_itself():
+    """After a restart Spark replays the last batch of its offset log: no listing ahead
+    described its topics, so ``partitions()`` does, and a topic re-created since is not read
+    from the old topic's positions."""
+    enumerator, cluster = planner({"failOnDataLoss": "false"})
+    start = enumerator.initial_offset()
+    cluster.append("t1", 0, 5)
     end = plan(enumerator, start)
-    assert end.starts == {T1: 0} and end.positions == {T1: 30, T2: 20} and end.topic_ids["t1"] == "t1-1"
+    restarted, cluster_after = planner({"failOnDataLoss": "false"}, topics=cluster.topics)
+    cluster_after.calls.clear()
+    assert restarted.confirm_reads(end, end.reads_since(start)).end[T1] == 15
+    assert cluster_after.calls == ["describe_topics"] and cluster_after.described[-1] == {"t1"}
+    cluster_after.recreate("t1", [(0, 30)])
+    assert T1 not in restarted.confirm_reads(end, end.reads_since(start)).end
+
+
+def test_a_failed_description_ahead_is_made_again_by_the_batch():
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*", "backlog.minPollIntervalMs": "0"})
+    cluster = Cluster(topics={"t1": [(0, 10)], "t2": [(0, 20)]})
+
+    def failing(listing):
+        answer: Future = Future()
+        answer.set_exception(RuntimeError("no broker"))
+        return answer
+
+    enumerator = Enumerator(settings, cluster, FakeControlTopic(), clock=FakeClock(), record_sizes=FakeRecordSizes(),
+                            listing_ahead=ListingAhead(settings, cluster, clock=FakeClock(), submit=failing))
+    start = enumerator.initial_offset()
+    cluster.append("t1", 0, 5)
+    end = plan(enumerator, start)
+    cluster.calls.clear()
+    cluster.described.clear()
+    assert enumerator.confirm_reads(end, end.reads_since(start)).end[T1] == 15
+    assert cluster.described == [{"t1"}]
 
 
 def test_a_topic_recreated_with_nothing_to_read_is_found_when_it_has_records():
@@ -145,42 +193,40 @@ def test_a_topic_the_listing_ahead_found_deleted_is_listed_again_before_anything
         plan(enumerator, start)
 
 
-def test_a_partition_added_after_the_listing_ahead_is_read_from_the_next_batch_or_at_once_if_its_topic_is_read():
+def test_a_partition_added_after_the_listing_ahead_is_read_from_the_next_batch():
+    """As a partition created just after a plan always was (Spark's source finds one created
+    before its plan's offsets request, a batch sooner): read from its earliest offset, so
+    nothing of it is missed."""
     enumerator, cluster = planner({"startingOffsets": "earliest"})
-    drained = plan(enumerator, enumerator.initial_offset())  # read from every topic: listed itself
+    drained = plan(enumerator, enumerator.initial_offset())
     cluster.append("t1", 0, 1)
-    start = plan(enumerator, drained)  # read from t1 only: the next listing is taken ahead
+    start = plan(enumerator, drained)
     cluster.topics["t2"].append((0, 3))
-    cluster.append("t1", 0, 1)
-    first = plan(enumerator, start)
-    assert Bucket("t2", 1) not in first.positions  # listed before it existed, and t2 was not read
-    second = plan(enumerator, first)
-    assert second.starts[Bucket("t2", 1)] == 0 and second.positions[Bucket("t2", 1)] == 3
     cluster.topics["t1"].append((0, 4))
     cluster.append("t1", 0, 1)
-    third = plan(enumerator, second)
-    assert third.positions[Bucket("t1", 1)] == 4  # t1 is read: described again, its new partition seen
+    first = plan(enumerator, start)
+    assert Bucket("t2", 1) not in first.positions and Bucket("t1", 1) not in first.positions  # listed before them
+    second = plan(enumerator, first)
+    assert second.starts == {Bucket("t1", 1): 0, Bucket("t2", 1): 0}
+    assert second.positions[Bucket("t1", 1)] == 4 and second.positions[Bucket("t2", 1)] == 3
 
 
-def test_no_listing_ahead_after_a_plan_that_read_from_every_topic():
+def test_a_plan_that_reads_from_every_topic_has_them_described_once_by_the_listing_ahead():
     enumerator, cluster = planner()
     start = enumerator.initial_offset()
+    enumerator.list_ahead()  # learns that the pattern covers two topics
     cluster.append("t1", 0, 1)
     cluster.append("t2", 0, 1)
     cluster.calls.clear()
-    end = plan(enumerator, start)
-    assert "topic_names" in cluster.calls[:2] and cluster.calls[-1] == "latest_offsets"  # listed itself; none ahead
+    cluster.described.clear()
+    end, reads = batch(enumerator, start)
+    # The plan: its offsets only. The listing ahead: names, both topics described, once,
+    # which is also the batch's verification.
+    assert cluster.calls == ["send_latest_offsets", "latest_offsets", "topic_names", "describe_topics"]
+    assert cluster.described == [{"t1", "t2"}] and reads.end == {T1: 11, T2: 21}
     cluster.calls.clear()
-    assert plan(enumerator, end) is end  # nothing to read: still none ahead (one topic of many partitions, idle)
-    assert cluster.calls[-1] == "latest_offsets"
-    cluster.append("t1", 0, 1)
-    cluster.calls.clear()
-    after = plan(enumerator, end)  # reads from one topic of two: the next listing is taken ahead
-    assert cluster.calls[-2:] == ["topic_names", "describe_topics"]
-    cluster.append("t1", 0, 1)
-    cluster.calls.clear()
-    plan(enumerator, after)
-    assert cluster.calls[:2] == ["send_latest_offsets", "latest_offsets"]  # and taken by the next plan
+    assert plan(enumerator, end) is end  # nothing to read: no batch, the listing ahead goes on
+    assert cluster.calls == ["send_latest_offsets", "latest_offsets", "topic_names", "describe_topics"]
 
 
 def test_a_listing_older_than_its_maximum_age_is_not_used():
@@ -206,12 +252,17 @@ def test_taking_starting_and_closing():
         return submit_now(listing)
 
     ahead = ListingAhead(settings, cluster, clock=clock, submit=submit)
-    assert ahead.take() is None  # none started
-    ahead.start()
-    ahead.start()  # one listing at a time
+    assert ahead.take() is None and ahead.verified() is None  # none started
+    assert ahead.start(verify=frozenset({"t1", "gone"}))
+    assert not ahead.start()  # one listing at a time
     assert len(submitted) == 1
+    verified = ahead.verified()
+    assert verified.asked == {"t1", "gone"} and set(verified.found) == {"t1"}  # "gone" was asked and not found
     assert set(ahead.take().buckets) == {T1}
     assert ahead.take() is None  # taken once
+    assert ahead.verified() is verified  # until the next listing starts
+    assert ahead.start() and ahead.verified() is None  # none asked
+    ahead.take()
 
     def failing(listing):
         answer: Future = Future()
@@ -219,7 +270,8 @@ def test_taking_starting_and_closing():
         return answer
 
     failed = ListingAhead(settings, cluster, clock=clock, submit=failing)
-    failed.start()
+    failed.start(verify=frozenset({"t1"}))
+    assert failed.verified() is None  # the batch describes them itself
     assert failed.take() is None  # the plan lists itself, and reports what is wrong
     ahead.start()
     ahead.close()
