@@ -25,11 +25,31 @@ class Bucket(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
+class _PartitionKeys(dict):
+    """``str(partition)``, made once per partition number: :func:`to_nested` runs over every
+    partition of a query at each plan (ten thousand, several times a plan)."""
+
+    def __missing__(self, partition: int) -> str:
+        key = self[partition] = str(partition)
+        return key
+
+
+_PARTITION_KEYS = _PartitionKeys()
+
+
 def to_nested(values: Mapping[Bucket, int]) -> dict[str, dict[str, int]]:
     """``{Bucket: n}`` -> ``{"topic": {"partition": n}}``, sorted so equal maps give equal JSON."""
     nested: dict[str, dict[str, int]] = {}
+    keys = _PARTITION_KEYS
+    current, inner = None, nested
+    # Sorting the buckets, not the (bucket, n) pairs: a pair compares its bucket first, through
+    # one more level of comparison per step. A map already in bucket order (every offset map
+    # the planner makes: Enumerator._compute_initial_offset) sorts in one pass.
     for bucket in sorted(values):
-        nested.setdefault(bucket.topic, {})[str(bucket.partition)] = int(values[bucket])
+        topic, partition = bucket
+        if topic != current:
+            current, inner = topic, nested.setdefault(topic, {})
+        inner[keys[partition]] = int(values[bucket])
     return nested
 
 

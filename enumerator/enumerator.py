@@ -181,7 +181,9 @@ class Enumerator:
         covered = self._subscription.covered()
         buckets = set(covered.buckets)
         start = self._starting.resolve(buckets)
-        positions = start.positions
+        # In bucket order: every later map of the query's offsets follows this one's order,
+        # and encoding one sorts it (core/buckets.py, to_nested) in one pass, not 10,000 log steps.
+        positions = dict(sorted(start.positions.items()))
         source_id = uuid.uuid4().hex
         if not self._tracking:
             return SourceOffset(source_id=source_id, positions=positions, snapshot=start.snapshot,
@@ -333,7 +335,7 @@ class Enumerator:
         with step_timings.step("driver.refresh.subscription"):
             covered = listed_ahead if listed_ahead is not None else self._subscription.covered()
         topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}
-        current = {b for b in covered.buckets if b.topic not in deleted}
+        current = {b for b in covered.buckets if b.topic not in deleted} if deleted else set(covered.buckets)
         target = self._available_now_target
         if target is not None:
             current &= target.keys() | positions.keys()  # partitions created later wait for the next run
@@ -370,7 +372,8 @@ class Enumerator:
         query): the next listing describes them first, and :meth:`confirm_reads` checks them
         before the batch's ranges are handed out. A plan that finds nothing to read keeps the
         last ones: it runs no batch."""
-        reading = {b.topic for b in read_from if latest[b] != read_from[b]} | (topic_ids.keys() - start.topic_ids.keys())
+        reading = {b.topic for b, first in read_from.items() if latest[b] != first} | (
+            topic_ids.keys() - start.topic_ids.keys())
         if reading:
             self._reading = frozenset(reading)
 
@@ -468,7 +471,7 @@ class Enumerator:
     def _moved_backwards(self, read_from: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
         """Buckets whose log end is now below their position, restarted at their earliest
         offset (``failOnDataLoss=false``); raises :class:`DataLossError` otherwise."""
-        moved = sorted(b for b in read_from if latest[b] < read_from[b])
+        moved = sorted([b for b, position in read_from.items() if latest[b] < position])
         if not moved:
             return {}
         described = ", ".join(f"{b} (next offset {read_from[b]}, log end now {latest[b]})" for b in moved)
@@ -546,7 +549,7 @@ class Enumerator:
         sample where the batch starts for topics without enough of a report; the throughput
         is what the query achieved on its previous batches (:mod:`.catch_up`)."""
         learned = self._learned_rate(start)
-        available = {b: max(read_from[b], target.get(b, read_from[b])) for b in read_from}
+        available = {b: t if (t := target.get(b, r)) > r else r for b, r in read_from.items()}
         if budget.min_records is not None and self._available_now_target is None and self._delay_batch(
             sum(lag(read_from, target).values()), budget.min_records
         ):

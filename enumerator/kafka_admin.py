@@ -498,7 +498,10 @@ class KafkaAdmin:
                 if _error_code(exc) in _MAYBE_DELETED:
                     self._raise_if_changed(specs.keys(), timeout_s, unknown_before)
                 raise
-            return dict(check_offsets(answers, lowest))
+            checked = check_offsets(answers, lowest)
+            # In the order asked (the planner's maps are in bucket order, which to_nested then
+            # sorts in one pass), not in the order the brokers' answers came back.
+            return {bucket: checked[bucket] for bucket in specs}
 
         return self._call(what, request)
 

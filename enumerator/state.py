@@ -336,7 +336,9 @@ class SourceOffset:
     def log_positions(self) -> dict[Bucket, int]:
         """The next offset of each bucket whose log this batch has reached: a bucket whose
         snapshot is still pending has read nothing of its log yet, so it is left out."""
-        unread = self.snapshot.pending if self.snapshot is not None else {}
+        if self.snapshot is None or not self.snapshot.pending:
+            return dict(self.positions)
+        unread = self.snapshot.pending
         return {b: o for b, o in self.positions.items() if b not in unread}
 
     def read_start(self, previous: "SourceOffset", bucket: Bucket) -> int | None:

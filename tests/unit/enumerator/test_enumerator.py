@@ -37,6 +37,16 @@ def test_initial_offset_latest_by_default_and_earliest_on_request():
     assert enumerator.initial_offset().positions == {A0: 0, A1: 10}
 
 
+def test_the_offsets_follow_bucket_order_from_the_start_so_encoding_them_sorts_in_one_pass():
+    topics = {t: [(0, 5)] * 40 for t in ("b", "a", "c")}
+    enumerator, client = make({"subscribe": "b,a,c", "startingOffsets": "earliest"}, topics=topics)
+    start = enumerator.initial_offset()
+    assert list(start.positions) == sorted(start.positions)
+    client.append("c", 3, 1)
+    end = enumerator.latest_offset(start, ReadBudget())
+    assert list(end.positions) == sorted(end.positions)
+
+
 def test_initial_offset_is_computed_once_per_run_and_source_ids_differ_per_query():
     # Spark calls initialOffset again when it runs the first batch; both calls must agree.
     enumerator, client = make()

@@ -70,6 +70,20 @@ def test_many_partitions_are_asked_in_calls_of_bounded_size_sent_together():
     assert sizes == [500, 500, 1] and [what for what, _ in admin.requests] == ["list_offsets"] * 3
 
 
+def test_offsets_come_back_in_the_order_asked_whatever_order_the_answers_came_in():
+    """The planner's maps are in bucket order; encoding one (to_nested) then sorts it in one
+    pass. Answers merged in the brokers' order made report and offset maps of ten thousand
+    shuffled buckets, sorted at full cost at every plan."""
+    asked = [Bucket("t", p) for p in range(1_001)]
+
+    def reversed_answer(specs):
+        return dict(reversed(list(offsets({b: b.partition for b in asked})(specs).items())))
+
+    offsets_client, _, _ = client([reversed_answer, reversed_answer, reversed_answer])
+    latest = offsets_client.latest_offsets(asked)
+    assert list(latest) == asked and latest == {b: b.partition for b in asked}
+
+
 def test_offsets_sent_early_are_the_first_attempt_of_the_request_for_the_same_buckets_only():
     """``send_latest_offsets`` sends the request and returns at once; ``latest_offsets`` then
     takes its answer instead of asking again, for the same buckets. Asked about others, or
