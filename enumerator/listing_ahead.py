@@ -78,6 +78,9 @@ class ListingAhead:
         self._submit = submit if submit is not None else _on_daemon_thread
         self._ahead: tuple[float, Future[Covered]] | None = None
         self._verified: Future[Verified] | None = None
+        # The longest a plan or partitions() waits for it: twice the client's own deadline
+        # (kafka.default.api.timeout.ms), which every request ends by unless the client hangs.
+        self._wait_s = 2 * settings.api_timeout_ms / 1000
         # How many topics a listing describes: known for subscribe and assign, learnt from the
         # last listing for a pattern (None: not yet).
         named = settings.subscribe if settings.subscribe is not None else (
@@ -108,21 +111,22 @@ class ListingAhead:
 
     def verified(self) -> Verified | None:
         """The identities of the topics the last :meth:`start` was asked to verify, once
-        described (waiting for them, bounded by the client's own deadline); None when it was
-        asked none, or their description failed (the caller describes them itself)."""
+        described (waiting for them at most twice the client's own deadline); None when it was
+        asked none, or their description failed or did not end (the caller describes them
+        itself)."""
         if self._verified is None:
             return None
         try:
-            return self._verified.result()
+            return self._verified.result(timeout=self._wait_s)
         except Exception as exc:  # process boundary: the background thread's failure; the caller describes itself
             log.debug("the description taken ahead failed; the topics are described again: %s", exc)
             return None
 
     def take(self) -> Covered | None:
-        """The listing :meth:`start` began, once it has ended (waiting for it, bounded by the
+        """The listing :meth:`start` began, once it has ended (waiting for it at most twice the
         client's own deadline); None when none was started, it began more than
-        :data:`MAX_AGE_S` ago, or it failed (the plan then lists itself, and reports what is
-        wrong as its own listing finds it)."""
+        :data:`MAX_AGE_S` ago, or it failed or did not end (the plan then lists itself, and
+        reports what is wrong as its own listing finds it)."""
         if self._ahead is None:
             return None
         started, listing = self._ahead
@@ -130,7 +134,7 @@ class ListingAhead:
         if self._clock() - started > MAX_AGE_S:
             return None
         try:
-            return listing.result()
+            return listing.result(timeout=self._wait_s)
         except Exception as exc:  # process boundary: the background thread's failure; the plan lists again
             log.debug("the listing taken ahead failed; the plan lists the subscription itself: %s", exc)
             return None

@@ -293,3 +293,18 @@ def test_the_listing_runs_on_a_daemon_thread_of_its_own():
     # A daemon: a listing waiting on brokers that are gone never holds up the runner's exit.
     assert threads == [("backlog-listing-ahead", True)]
     ahead.close()
+
+
+def test_a_listing_that_never_ends_is_waited_for_at_most_twice_the_clients_deadline():
+    """Never a hang: a client stuck past its own deadline leaves the plan and partitions() to
+    list and describe themselves."""
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t1", "kafka.default.api.timeout.ms": "50"})
+    stuck: list[Future] = []
+
+    def never(listing):
+        stuck.append(Future())
+        return stuck[-1]
+
+    ahead = ListingAhead(settings, Cluster(topics={"t1": [(0, 1)]}), submit=never)
+    ahead.start(verify=frozenset({"t1"}))
+    assert ahead.verified() is None and ahead.take() is None
