@@ -70,6 +70,12 @@ log = logging.getLogger(__name__)
 _REPLANS = 3
 
 
+def _id_changes(recorded: SourceOffset, topic_ids: Mapping[str, str], topics: list[str]) -> str:
+    """``topic (topic id old -> new), ...`` for error messages: the ids ``recorded`` holds and
+    the ones Kafka gives now."""
+    return ", ".join(f"{t} (topic id {recorded.topic_ids[t]} -> {topic_ids[t]})" for t in topics)
+
+
 class _ListingOutdated(Exception):
     """The listing taken ahead no longer matches Kafka for a topic this plan needs: the plan
     lists the subscription itself (:meth:`Enumerator._refresh`). Never leaves the planner."""
@@ -401,8 +407,8 @@ class Enumerator:
         nothing of those topics, and the next plan reads the re-created topic from its
         earliest offsets. A deleted topic is left to the readers, which report its partitions
         gone."""
-        topics = {b.topic for b, first in reads.start.items() if reads.end.get(b, first) > first}
-        topics &= end.topic_ids.keys()  # an offset of a release before topic ids: nothing to compare
+        reading = {b: first for b, first in reads.start.items() if reads.end.get(b, first) > first}
+        topics = {b.topic for b in reading} & end.topic_ids.keys()  # an offset before topic ids: nothing to compare
         if not topics:
             return reads
         verified = self._listing_ahead.verified() if self._listing_ahead is not None and self._verifying is end else None
@@ -411,10 +417,11 @@ class Enumerator:
         else:
             with step_timings.step("driver.partitions.describe"):
                 found = self._client.describe_topics(topics)
-        changed = sorted(t for t in topics if t in found and found[t].topic_id != end.topic_ids[t])
+        found_ids = {t: identity.topic_id for t, identity in found.items()}
+        changed = self._changed_topics(end, reading, found_ids)
         if not changed:
             return reads
-        described = ", ".join(f"{t} (topic id {end.topic_ids[t]} -> {found[t].topic_id})" for t in changed)
+        described = _id_changes(end, found_ids, changed)
         report_data_loss(
             self._settings.fail_on_data_loss,
             f"topic(s) {described} were deleted and re-created after this batch's offsets were planned; records of "
@@ -438,7 +445,7 @@ class Enumerator:
         if not changed:
             return []
         during_run = target is not None and any(topic_ids[t] != self._available_now_topic_ids.get(t) for t in changed)
-        described = ", ".join(f"{t} (topic id {start.topic_ids[t]} -> {topic_ids[t]})" for t in changed)
+        described = _id_changes(start, topic_ids, changed)
         report_data_loss(
             self._settings.fail_on_data_loss and not during_run,
             f"topic(s) {described} were deleted and re-created since the last batch; records of the old "

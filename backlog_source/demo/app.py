@@ -118,18 +118,16 @@ def run(settings: DemoSettings, console: Console | None = None) -> int:
             summary = _run(settings, console, resources, stop_signals)
         except (KeyboardInterrupt, StopRequested):
             return _stopping(console, stop_signals)
-        except DemoError as exc:
-            if interruption_in(exc) is not None:  # raised on the way out of a stop a library wrapped
+        except Exception as exc:  # process boundary: the demo's top; a stop a library wrapped ends it as a stop
+            if interruption_in(exc) is not None:
                 return _stopping(console, stop_signals)
+            if not isinstance(exc, DemoError):
+                raise
             console.print(f"[red]demo failed:[/] {exc}")
             spark_log = Path(settings.output) / "spark.log"
             if spark_log.exists():
                 console.print(f"Spark's own output is in {spark_log}")
             return 1
-        except Exception as exc:  # process boundary: the demo's top; a stop a library wrapped ends it as a stop
-            if interruption_in(exc) is None:
-                raise
-            return _stopping(console, stop_signals)
     return 0 if summary["exactly_once"] else 1
 
 
