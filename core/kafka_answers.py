@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from backlog_source.core.errors import BacklogSourceError
 
 K = TypeVar("K")
+M = TypeVar("M", bound=Mapping)
 
 
 class NoValidOffsets(BacklogSourceError):
@@ -25,10 +26,12 @@ class NoValidOffsets(BacklogSourceError):
     time. Callers treat it as a failed request: retried, logged or raised as their own error."""
 
 
-def check_offsets(answers: Mapping[K, int], lowest: int = 0) -> Mapping[K, int]:
+def check_offsets(answers: M, lowest: int = 0) -> M:
     """``answers`` (partition -> offset) unchanged, or :class:`NoValidOffsets` naming each
     partition answered below ``lowest`` (0 for offsets; -1 where Kafka's -1 means "none",
     as for offsets by timestamp)."""
+    if not answers or min(answers.values()) >= lowest:  # at C speed: the common case, every plan
+        return answers
     invalid = sorted(f"{key} (answered {offset})" for key, offset in answers.items() if offset < lowest)
     if invalid:
         raise NoValidOffsets(f"no valid offset for {', '.join(invalid)}")

@@ -138,7 +138,8 @@ class OffsetsClient(Protocol):
     def send_latest_offsets(self, buckets: Iterable[Bucket]) -> "object | None":
         """Ask for the log end offsets of ``buckets`` now, without waiting for the answer: a
         handle for :meth:`latest_offsets` (``sent``), which takes that answer for its first
-        attempt when it is asked about exactly these buckets. None when nothing could be sent
+        attempt when it is asked about exactly these buckets, in the same order (the order its
+        answer comes back in). None when nothing could be sent
         (the request proper then reports why). A handle never used is dropped; its request
         ends on its own."""
 
@@ -150,7 +151,8 @@ class OffsetsClient(Protocol):
         times before it is returned: a log end moving backwards means lost records, so it
         must be what the broker says, not a stale answer (Spark's ``fetchLatestOffsets``
         audits the same way, for KAFKA-7703). ``sent``: a :meth:`send_latest_offsets`
-        handle, whose answer is the first attempt's if it asked about the same buckets."""
+        handle, whose answer is the first attempt's if it asked about the same buckets in the
+        same order. The offsets come back in the order of ``buckets``."""
 
     def offsets_for_timestamps(self, timestamps: Mapping[Bucket, int]) -> dict[Bucket, int | None]:
         """The first offset whose timestamp is >= the given one, or None when there is none."""
@@ -242,6 +244,8 @@ class KafkaAdmin:
         self._admin_factory = admin_factory if admin_factory is not None else OffsetsAdminClient
         self._admin: OffsetsAdminClient | None = None
         self._failure: _LastFailure | None = None
+        # The last buckets and specs ListOffsets asked about, and their TopicPartitions (_asked).
+        self._last_asked: "tuple[tuple[tuple[Bucket, ...], tuple[int, ...]], list[TopicPartition]] | None" = None
 
     @classmethod
     def from_settings(cls, settings: SourceSettings) -> "KafkaAdmin":
@@ -249,7 +253,7 @@ class KafkaAdmin:
 
     def __getstate__(self) -> dict:
         # A live AdminClient cannot be pickled; a copy reconnects on first use.
-        return {**self.__dict__, "_admin": None, "_failure": None}
+        return {**self.__dict__, "_admin": None, "_failure": None, "_last_asked": None}
 
     def _client(self) -> "OffsetsAdminClient":
         if self._admin is None:
@@ -443,7 +447,7 @@ class KafkaAdmin:
             return None
         try:
             admin = self._client()
-            return _Sent(frozenset(specs), admin, self._send_offsets(admin, specs, self._first_attempt_s()))
+            return _Sent(tuple(specs), admin, self._send_offsets(admin, specs, self._first_attempt_s()))
         except (KafkaException, ConfigError):
             return None  # sending early only saves time: the request proper raises what is wrong
 
@@ -483,7 +487,7 @@ class KafkaAdmin:
         if not specs:
             return {}
         unknown_before: set[str] = set()  # the topics unknown at this call's last check
-        early = [sent] if sent is not None and sent.buckets == specs.keys() else []
+        early = [sent] if sent is not None and sent.buckets == tuple(specs) else []
 
         def request(timeout_s: float) -> dict[Bucket, int]:
             try:
@@ -498,10 +502,9 @@ class KafkaAdmin:
                 if _error_code(exc) in _MAYBE_DELETED:
                     self._raise_if_changed(specs.keys(), timeout_s, unknown_before)
                 raise
-            checked = check_offsets(answers, lowest)
-            # In the order asked (the planner's maps are in bucket order, which to_nested then
-            # sorts in one pass), not in the order the brokers' answers came back.
-            return {bucket: checked[bucket] for bucket in specs}
+            # In the order asked (_offsets_of), not in the order the brokers' answers came back:
+            # the planner's maps are in bucket order, which to_nested then sorts in one pass.
+            return check_offsets(answers, lowest)
 
         return self._call(what, request)
 
@@ -514,13 +517,24 @@ class KafkaAdmin:
             if self._kafka.isolation_level is IsolationLevel.READ_COMMITTED
             else KafkaIsolation.READ_UNCOMMITTED
         )
-        asked = [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()]
+        buckets, asked = self._asked(specs)
         calls = []
         for first in range(0, len(asked), _OFFSETS_PER_CALL):
             call = asked[first:first + _OFFSETS_PER_CALL]
             calls.append(_OffsetsCall(call, admin.list_offsets_at_once(call, isolation_level=isolation,
-                                                                       request_timeout=timeout_s)))
+                                                                       request_timeout=timeout_s),
+                                      buckets[first:first + _OFFSETS_PER_CALL]))
         return calls
+
+    def _asked(self, specs: Mapping[Bucket, int]) -> "tuple[tuple[Bucket, ...], list[TopicPartition]]":
+        """The buckets of ``specs`` in order, and a ``TopicPartition`` asking each its spec.
+        Every plan asks the latest offsets of the same buckets: at ten thousand partitions,
+        making their ``TopicPartition``s again cost more than comparing the buckets with the
+        last ones asked (confluent-kafka only reads them), so the last ones are kept."""
+        key = (tuple(specs), tuple(specs.values()))
+        if self._last_asked is None or self._last_asked[0] != key:
+            self._last_asked = (key, [TopicPartition(b.topic, b.partition, spec) for b, spec in specs.items()])
+        return key[0], self._last_asked[1]
 
     def _first_attempt_s(self) -> float:
         """The first attempt's share of the deadline (:meth:`_call`)."""
@@ -731,10 +745,12 @@ def _attempt_share_s(remaining_s: float, attempts_left: int) -> float:
 
 @dataclass(frozen=True)
 class _OffsetsCall:
-    """One ListOffsets call: the partitions it asked about and its one future."""
+    """One ListOffsets call: the partitions it asked about, its one future, and the bucket of
+    each partition asked (in the same order)."""
 
     asked: list[TopicPartition]
     answer: Future
+    buckets: "tuple[Bucket, ...]"
 
 
 @dataclass(frozen=True)
@@ -742,7 +758,7 @@ class _Sent:
     """ListOffsets calls :meth:`KafkaAdmin.send_latest_offsets` sent: the buckets asked about,
     the client that sent them (kept referenced until they resolve) and their futures."""
 
-    buckets: frozenset[Bucket]
+    buckets: "tuple[Bucket, ...]"
     admin: "OffsetsAdminClient"
     calls: list[_OffsetsCall]
 
@@ -823,30 +839,42 @@ class _InFlight(Generic[T]):
 
 
 def _offsets_of(calls: "list[_OffsetsCall]", timeout_s: float, kafka: KafkaClientConfig) -> dict[Bucket, int]:
-    """The offset each partition of the ListOffsets ``calls`` answered. Raises the
-    ``KafkaException`` of a call that failed as a whole or of the first partition that failed,
-    :class:`AccessRefusedError` naming the topic whose DESCRIBE an ACL refused (what ListOffsets
-    needs), :class:`IncompleteOffsetsAnswer` when an answer leaves out a partition it was asked
-    about (a failed attempt, asked again: an offset never goes missing unnoticed)."""
+    """The offset each partition of the ListOffsets ``calls`` answered, in the order asked.
+    Raises the ``KafkaException`` of a call that failed as a whole or of the first partition
+    that failed, :class:`AccessRefusedError` naming the topic whose DESCRIBE an ACL refused
+    (what ListOffsets needs), :class:`IncompleteOffsetsAnswer` when an answer leaves out a
+    partition it was asked about (a failed attempt, asked again: an offset never goes missing
+    unnoticed)."""
     answers: dict[Bucket, int] = {}
     for call in calls:
         answered = call.answer.result(timeout=timeout_s)
-        before = len(answers)
-        for tp, answer in answered.items():
-            if isinstance(answer, KafkaError):
-                if answer.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    raise KafkaException(answer)
-                raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, answer.str(), topic=tp.topic,
-                                     operation="DESCRIBE") from None
-            answers[Bucket(tp.topic, tp.partition)] = answer.offset
-        # Counted, as confluent-kafka's public path does (a set of ten thousand buckets per
-        # batch is not free); named when short.
-        missing = (len(answers) - before != len(call.asked)
-                   and {Bucket(tp.topic, tp.partition) for tp in call.asked} - answers.keys())
-        if missing:
-            raise IncompleteOffsetsAnswer(f"Kafka's ListOffsets answer left out {len(missing)} of the "
-                                          f"{len(call.asked)} partitions asked, e.g. {min(missing)}")
+        try:
+            # Each partition asked looked up in the answer, in C: at ten thousand partitions a
+            # Bucket made per answer in Python cost milliseconds of every plan. A partition
+            # left out raises KeyError, one that failed AttributeError (a KafkaError has no offset).
+            offsets = [answer.offset for answer in map(answered.__getitem__, call.asked)]
+        except (KeyError, AttributeError):
+            offsets = None
+        if offsets is None:
+            _raise_failure(call, answered, kafka)
+        answers.update(zip(call.buckets, offsets))
     return answers
+
+
+def _raise_failure(call: "_OffsetsCall", answered: Mapping[TopicPartition, object], kafka: KafkaClientConfig) -> None:
+    """Raise why ``answered``, the answer to ``call``, has no offset for some partition asked:
+    the first partition that failed, else the partitions left out (:func:`_offsets_of`)."""
+    for tp, answer in answered.items():
+        if isinstance(answer, KafkaError):
+            if answer.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaException(answer)
+            raise access_refused(Refusal.TOPIC_AUTHORIZATION, kafka, answer.str(), topic=tp.topic,
+                                 operation="DESCRIBE") from None
+    missing = [bucket for bucket, tp in zip(call.buckets, call.asked) if tp not in answered]
+    if missing:
+        raise IncompleteOffsetsAnswer(f"Kafka's ListOffsets answer left out {len(missing)} of the "
+                                      f"{len(call.asked)} partitions asked, e.g. {min(missing)}")
+    raise TypeError("a ListOffsets answer without an offset or an error for a partition asked")
 
 
 class IncompleteOffsetsAnswer(Exception):

@@ -69,20 +69,20 @@ class FakeOffsetsClient:
         self.calls.append("earliest_offsets")
         return {b: self._pair(b)[0] for b in buckets}
 
-    def send_latest_offsets(self, buckets: Iterable[Bucket]) -> tuple[frozenset[Bucket], dict[Bucket, int] | None] | None:
-        """The handle: the buckets asked about and their log ends now (what Kafka answers at
-        once, while the caller goes on); None for the answer when one of them no longer exists
-        (Kafka fails that request, and the request proper asks again)."""
+    def send_latest_offsets(self, buckets: Iterable[Bucket]) -> tuple[tuple[Bucket, ...], dict[Bucket, int] | None] | None:
+        """The handle: the buckets asked about, in order, and their log ends now (what Kafka
+        answers at once, while the caller goes on); None for the answer when one of them no
+        longer exists (Kafka fails that request, and the request proper asks again)."""
         self.calls.append("send_latest_offsets")
-        asked = frozenset(buckets)
+        asked = tuple(buckets)
         exist = all(b.topic in self.topics and b.partition < len(self.topics[b.topic]) for b in asked)
         return (asked, self._log_ends(asked) if exist else None) if asked else None
 
     def latest_offsets(self, buckets: Iterable[Bucket], known: Mapping[Bucket, int] | None = None,
-                       sent: tuple[frozenset[Bucket], dict[Bucket, int] | None] | None = None) -> dict[Bucket, int]:
+                       sent: tuple[tuple[Bucket, ...], dict[Bucket, int] | None] | None = None) -> dict[Bucket, int]:
         self.calls.append("latest_offsets")
         self.audited_against.append(None if known is None else dict(known))
-        asked = frozenset(buckets)
+        asked = tuple(buckets)
         if sent is not None and sent[0] == asked and sent[1] is not None:
             self.sent_used += 1
             return dict(sent[1])

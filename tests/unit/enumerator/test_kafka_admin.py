@@ -84,22 +84,47 @@ def test_offsets_come_back_in_the_order_asked_whatever_order_the_answers_came_in
     assert list(latest) == asked and latest == {b: b.partition for b in asked}
 
 
+def test_the_partitions_asked_at_every_plan_are_made_once_and_made_again_when_the_buckets_change():
+    """Every plan asks the latest offsets of the same buckets; at ten thousand partitions making
+    their TopicPartitions again cost milliseconds a plan. Other buckets, or other specs (the
+    earliest offsets), are asked with TopicPartitions of their own."""
+    seen = []
+
+    def answer(specs):
+        seen.append(list(specs))
+        return offsets({A0: 5, A1: 7})(specs)
+
+    offsets_client, _, _ = client([answer] * 5)
+    offsets_client.latest_offsets([A0, A1])
+    offsets_client.latest_offsets([A0, A1])
+    assert all(a is b for a, b in zip(seen[0], seen[1], strict=True))
+    offsets_client.earliest_offsets([A0, A1])
+    assert [tp.offset for tp in seen[2]] == [-2, -2]
+    offsets_client.latest_offsets([A0])
+    offsets_client.latest_offsets([A0, A1])
+    assert [(tp.partition, tp.offset) for tp in seen[3]] == [(0, -1)]
+    assert [(tp.partition, tp.offset) for tp in seen[4]] == [(0, -1), (1, -1)]
+
+
 def test_offsets_sent_early_are_the_first_attempt_of_the_request_for_the_same_buckets_only():
     """``send_latest_offsets`` sends the request and returns at once; ``latest_offsets`` then
-    takes its answer instead of asking again, for the same buckets. Asked about others, or
-    when the early answer failed, it asks (and retries) as ever."""
+    takes its answer instead of asking again, for the same buckets in the same order (the
+    order its answer comes back in). Asked about others, the same in another order, or when
+    the early answer failed, it asks (and retries) as ever."""
     not_leader = failed(KafkaError.NOT_LEADER_FOR_PARTITION, "Broker: Not leader for partition")
     answered_not_leader = lambda specs: {tp: future(error=not_leader) for tp in specs}  # noqa: E731
-    offsets_client, admin, _ = client([offsets({A0: 5, A1: 7}), offsets({A0: 6}), answered_not_leader,
-                                       offsets({A0: 8, A1: 9})])
+    offsets_client, admin, _ = client([offsets({A0: 5, A1: 7}), offsets({A0: 6}), offsets({A0: 7, A1: 8}),
+                                       answered_not_leader, offsets({A0: 8, A1: 9})])
     sent = offsets_client.send_latest_offsets([A0, A1])
     assert [what for what, _ in admin.requests] == ["list_offsets"] and admin.requests[0][1] == pytest.approx(7.5)
-    assert offsets_client.latest_offsets([A1, A0], sent=sent) == {A0: 5, A1: 7}
+    assert offsets_client.latest_offsets([A0, A1], sent=sent) == {A0: 5, A1: 7}
     assert len(admin.requests) == 1  # the answer sent for early
     assert offsets_client.latest_offsets([A0], sent=sent) == {A0: 6} and len(admin.requests) == 2
+    assert list(offsets_client.latest_offsets([A1, A0], sent=sent).items()) == [(A1, 8), (A0, 7)]
+    assert len(admin.requests) == 3
     failed_early = offsets_client.send_latest_offsets([A0, A1])
     assert offsets_client.latest_offsets([A0, A1], sent=failed_early) == {A0: 8, A1: 9}
-    assert len(admin.requests) == 4 and offsets_client.send_latest_offsets([]) is None
+    assert len(admin.requests) == 5 and offsets_client.send_latest_offsets([]) is None
 
 
 def test_an_offsets_request_for_a_deleted_topic_says_which_topic_is_gone_instead_of_retrying():
