@@ -30,13 +30,14 @@ import logging
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from backlog_source.core import step_timings
 from backlog_source.core.buckets import Bucket
 from backlog_source.core.data_loss import report_data_loss
 from backlog_source.core.errors import DataLossError
+from backlog_source.core.offset_maps import keys_below, keys_changed, raised_to
 from backlog_source.core.settings import SourceSettings
 from backlog_source.core.snapshot_manifest import load_manifest
 from backlog_source.core.tracing import exporter
@@ -341,19 +342,22 @@ class Enumerator:
         with step_timings.step("driver.refresh.subscription"):
             covered = listed_ahead if listed_ahead is not None else self._subscription.covered()
         topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}
-        current = {b for b in covered.buckets if b.topic not in deleted} if deleted else set(covered.buckets)
+        current = frozenset(b for b in covered.buckets if b.topic not in deleted) if deleted else covered.buckets
         target = self._available_now_target
         if target is not None:
             current &= target.keys() | positions.keys()  # partitions created later wait for the next run
-        if listed_ahead is not None and (self._changed_topics(start, positions, topic_ids) or positions.keys() - current):
+        # The common case, one comparison instead of two set differences of every bucket.
+        unchanged_buckets = positions.keys() == current
+        if listed_ahead is not None and (self._changed_topics(start, positions, topic_ids) or (
+                not unchanged_buckets and positions.keys() - current)):
             raise _ListingOutdated("a topic read gone or re-created")
         recreated = self._recreated(start, positions, topic_ids, target)
         for bucket in recreated:
             del positions[bucket]
-        gone = self._vanished(positions, current, target)
+        gone = [] if unchanged_buckets else self._vanished(positions, current, target)
         for bucket in gone:
             del positions[bucket]
-        new = current - positions.keys()
+        new = current - positions.keys() if recreated or not unchanged_buckets else frozenset()
         starts = self._client.earliest_offsets(new) if new else {}
         read_from = {**positions, **starts}
         with step_timings.step("driver.refresh.latest_offsets"):
@@ -378,7 +382,7 @@ class Enumerator:
         query): the next listing describes them first, and :meth:`confirm_reads` checks them
         before the batch's ranges are handed out. A plan that finds nothing to read keeps the
         last ones: it runs no batch."""
-        reading = {b.topic for b, first in read_from.items() if latest[b] != first} | (
+        reading = {b.topic for b in keys_changed(read_from, latest)} | (
             topic_ids.keys() - start.topic_ids.keys())
         if reading:
             self._reading = frozenset(reading)
@@ -460,7 +464,7 @@ class Enumerator:
         changed = {t for t, old in start.topic_ids.items() if t in topic_ids and topic_ids[t] != old}
         return sorted({b.topic for b in positions if b.topic in changed}) if changed else []
 
-    def _vanished(self, positions: Mapping[Bucket, int], current: set[Bucket],
+    def _vanished(self, positions: Mapping[Bucket, int], current: AbstractSet[Bucket],
                   target: Mapping[Bucket, int] | None) -> list[Bucket]:
         vanished = sorted(set(positions) - current)
         if not vanished:
@@ -478,7 +482,7 @@ class Enumerator:
     def _moved_backwards(self, read_from: Mapping[Bucket, int], latest: Mapping[Bucket, int]) -> dict[Bucket, int]:
         """Buckets whose log end is now below their position, restarted at their earliest
         offset (``failOnDataLoss=false``); raises :class:`DataLossError` otherwise."""
-        moved = sorted([b for b, position in read_from.items() if latest[b] < position])
+        moved = sorted(keys_below(latest, read_from))
         if not moved:
             return {}
         described = ", ".join(f"{b} (next offset {read_from[b]}, log end now {latest[b]})" for b in moved)
@@ -556,7 +560,7 @@ class Enumerator:
         sample where the batch starts for topics without enough of a report; the throughput
         is what the query achieved on its previous batches (:mod:`.catch_up`)."""
         learned = self._learned_rate(start)
-        available = {b: t if (t := target.get(b, r)) > r else r for b, r in read_from.items()}
+        available = raised_to(target, read_from)
         if budget.min_records is not None and self._available_now_target is None and self._delay_batch(
             sum(lag(read_from, target).values()), budget.min_records
         ):

@@ -44,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from backlog_source.core.buckets import Bucket, TopicIdentity
 from backlog_source.core.errors import BacklogSourceError, ConfigError, KafkaUnavailableError
 from backlog_source.core.kafka_answers import check_offsets
+from backlog_source.core.offset_maps import keys_below
 from backlog_source.core.kafka_config import ClientRole, IsolationLevel, KafkaClientConfig
 from backlog_source.core.kafka_refusals import (
     AUTHORIZATION_CODES,
@@ -456,8 +457,8 @@ class KafkaAdmin:
         specs = dict.fromkeys(buckets, _LATEST)
         latest = self._list_offsets("fetching latest offsets", specs, sent=sent)
         for attempt in range(1, self._policy.num_retries + 1):
-            behind = sorted(f"{b} (read to {known[b]}, log end {o})" for b, o in latest.items()
-                            if known and b in known and o < known[b])
+            behind = sorted(f"{b} (read to {known[b]}, log end {latest[b]})" for b in keys_below(latest, known)) if (
+                known) else []
             if not behind:
                 break
             log.warning("log end below the offset already read for %s; asking again (attempt %d of "
