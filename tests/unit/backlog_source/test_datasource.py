@@ -191,3 +191,23 @@ def test_each_latest_offset_starts_the_next_listing_once_its_answer_is_ready():
     client.calls.clear()
     reader.latestOffset(end, ReadAllAvailable())
     assert client.calls[:2] == ["send_latest_offsets", "latest_offsets"]  # the listing taken ahead, not its own
+
+
+def test_the_reported_latest_offsets_are_kafkas_log_ends_whether_or_not_the_batch_reaches_them():
+    """Caught up, the batch just planned ends at the log ends and its encoded positions are
+    reported as they are; a batch a limit cut short reports the log ends, not its end."""
+    from tests.fakes import FakeClock
+
+    settings = parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a", "startingOffsets": "earliest",
+                              "backlog.minPollIntervalMs": "0", "maxOffsetsPerTrigger": "150"})
+    client = FakeOffsetsClient(topics={"a": [(0, 100), (0, 50)]})
+    reader = BacklogStreamReader(settings)
+    reader._enumerator = Enumerator(settings, client, FakeControlTopic(), clock=FakeClock(),
+                                    record_sizes=FakeRecordSizes())
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert reader.reportLatestOffset() == {"a": {"0": 100, "1": 50}} == end["positions"]
+    client.append("a", 1, 1_000)
+    cut_short = reader.latestOffset(end, reader.getDefaultReadLimit())
+    assert offset_codec.decode(cut_short).positions == {A0: 100, A1: 200}
+    assert reader.reportLatestOffset() == {"a": {"0": 100, "1": 1_050}}
