@@ -314,7 +314,8 @@ class Enumerator:
         planned again from a fresh listing, at most :data:`_REPLANS` times."""
         deleted: set[str] = set()
         replans = 0
-        listed_ahead = self._listing_ahead.take() if self._listing_ahead is not None else None
+        with step_timings.step("driver.refresh.listed_ahead"):  # the wait for it, if it has not ended
+            listed_ahead = self._listing_ahead.take() if self._listing_ahead is not None else None
         while True:
             try:
                 return self._refresh_once(start, deleted, listed_ahead)
@@ -338,7 +339,8 @@ class Enumerator:
         # The log ends of the buckets already read are asked while the listing is: used only
         # when the listing finds exactly those buckets under the same topic ids, which it would
         # have found had it come first, so the two requests cost one round trip instead of two.
-        sent = self._client.send_latest_offsets(positions.keys()) if positions else None
+        with step_timings.step("driver.refresh.send"):
+            sent = self._client.send_latest_offsets(positions.keys()) if positions else None
         with step_timings.step("driver.refresh.subscription"):
             covered = listed_ahead if listed_ahead is not None else self._subscription.covered()
         topic_ids = {t: i for t, i in covered.topic_ids.items() if t not in deleted}

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from backlog_source.core import gc_pause
+from backlog_source.core import gc_pause, step_timings
 from backlog_source.core.buckets import TopicIdentity
 from backlog_source.core.settings import SourceSettings
 from backlog_source.enumerator.kafka_admin import OffsetsClient
@@ -149,7 +149,7 @@ class ListingAhead:
     def _list(self, verify: frozenset[str], verified: Future[Verified] | None) -> Covered:
         # The answer builds an object per partition and replica: the collector held off as
         # the plan holds it (core/gc_pause.py).
-        with gc_pause.paused():
+        with gc_pause.paused(), step_timings.step("driver.listing_ahead"):
             try:
                 if verified is not None and (self._described is None or len(verify) < self._described):
                     verified.set_result(Verified(verify, self._client.describe_topics(verify)))
