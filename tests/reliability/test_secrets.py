@@ -44,8 +44,20 @@ def run(broker, topic, out: Path, runs: list[dict], receiver: OtlpReceiver) -> s
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
     result = subprocess.run([sys.executable, str(JOB), broker.bootstrap_servers, topic, str(out), json.dumps(runs)],
                             capture_output=True, text=True, timeout=400, env=env, cwd=JOB.parents[2])
-    assert result.returncode == 0, (result.returncode, result.stdout[-3000:], result.stderr[-3000:])
+    if result.returncode != 0:
+        # The whole output to the captured stdout pytest shows with the failure, and the lines
+        # that name an error first: a tail alone once cut off the cause (a Python traceback
+        # inside a JVM error's text).
+        print(result.stdout, result.stderr, sep="\n")
+        pytest.fail(f"secrets_job.py exited {result.returncode}; its error lines: {error_lines(result.stderr)}")
     return result.stdout + result.stderr
+
+
+def error_lines(text: str, most: int = 12) -> str:
+    """The first lines of ``text`` that name an error or an exception (e.g. a Python
+    traceback's last line inside a Spark error), joined."""
+    named = [line.strip() for line in text.splitlines() if re.search(r"(Error|Exception)\b", line)]
+    return " | ".join(named[:most]) or "(none; see the captured stdout)"
 
 
 def run_outputs(output: str) -> dict[str, str]:
