@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -128,11 +129,44 @@ def _java() -> str:
     return java
 
 
+#: The lowest port :func:`free_port` picks; it picks below the kernel's ephemeral range.
+_LISTEN_PORTS_FROM = 20_000
+#: Ports this process handed out: never twice, though a server may not have bound one yet.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free TCP port on 127.0.0.1 for a server this process starts soon after (a Kafka
+    node, a Spark master, a proxy). Picked at random below the kernel's ephemeral port range
+    and checked free by binding it: a port ``bind(0)`` hands out comes from that range, from
+    which every outgoing connection of the machine takes its own local port too, and between
+    this answer and the server's bind one of them could take it (a Kafka node of a three-node
+    cluster once failed to start, its acceptor refused its port). ``bind(0)`` only when no
+    port below the range is free."""
+    low = _ephemeral_ports_start()
+    below = [random.randrange(_LISTEN_PORTS_FROM, low) for _ in range(100)] if low > _LISTEN_PORTS_FROM else []
+    for port in [*below, 0, 0, 0]:
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise EmbeddedBrokerError("no free TCP port on 127.0.0.1")
+
+
+def _ephemeral_ports_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux: ``ip_local_port_range``;
+    elsewhere 32768, below Linux's default and macOS's 49152)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def _cluster_id() -> str:
@@ -216,10 +250,18 @@ class KafkaNode:
             os.kill(self.process.pid, signal.SIGCONT)
 
     def log_tail(self, lines: int = 8) -> str:
+        """The node's last ``lines`` log lines, joined, led by its first ERROR line and the
+        line after it when those came earlier: a node that fails to start logs its cause
+        first, then pages of shutting down."""
         try:
-            return " | ".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_file.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        tail = text[-lines:]
+        first_error = next((i for i, line in enumerate(text) if " ERROR " in line), None)
+        if first_error is None or first_error >= len(text) - lines:
+            return " | ".join(tail)
+        return " | ".join([*text[first_error:first_error + 2], "...", *tail])
 
 
 @dataclass
