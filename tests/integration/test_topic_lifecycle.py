@@ -232,3 +232,57 @@ def test_a_subscribed_topic_deleted_while_its_batch_is_read(spark, broker, topic
         assert "could be determined" in kafka_failure
         assert backlog_failure is None, backlog_failure
         assert deleted_batch == [[]], deleted_batch
+
+
+def forget_last_commit(checkpoint) -> int:
+    """Delete the commit of ``checkpoint``'s last batch, as a driver killed after writing the
+    batch to the offset log and before committing it leaves it: Spark runs that batch again,
+    from its logged offsets, at the next start. Returns the batch's id."""
+    commits = checkpoint / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)  # Hadoop's checksum: left, the commit could not be written again
+    return last
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_batch_replayed_after_its_topic_was_recreated_is_not_read_from_the_new_topic(spark, broker, topic_name,
+                                                                                       tmp_path, fail_on_data_loss):
+    """A job read offsets 0..99 of two partitions in one run and 100..199 in the next, and the
+    second batch was not committed (a crash between the offset log and the commit). The topic
+    is deleted and re-created with 250 records per partition before the job runs again. Spark's
+    source runs that batch again from its logged offsets on the new topic, reading the new
+    topic's records 100..199 as if they were the old batch, and its first 100 records of each
+    partition are never read, under either failOnDataLoss (asserted here as Spark's behaviour).
+    format("backlog")'s partitions() compares the batch's topic ids before handing out its
+    ranges: under failOnDataLoss=true the replay fails naming the topic; under false it reads
+    nothing of it and the next batch reads the new topic from its start."""
+    make_topic(broker, topic_name, 2, per_partition=100)
+    options = {"subscribe": topic_name, "startingOffsets": "earliest", "failOnDataLoss": fail_on_data_loss}
+    run_to_end(spark, broker.bootstrap_servers, options, tmp_path)
+    produce(broker.bootstrap_servers, topic_name, [(p, None, f"old-{p}-{n}".encode()) for n in range(100)
+                                                   for p in (0, 1)])
+    second = run_to_end(spark, broker.bootstrap_servers, options, tmp_path)
+    assert all({(r[3], r[4]) for r in second[source].rows()} == {(p, o) for p in (0, 1) for o in range(100, 200)}
+               for source in ("kafka", "backlog")), "the second run did not read 100..199"
+    replayed = {source: forget_last_commit(tmp_path / f"ckpt-{source}") for source in ("kafka", "backlog")}
+
+    recreate(broker, topic_name, 2, 250, "new")
+    third = outcome(spark, broker.bootstrap_servers, options, tmp_path)
+
+    assert not isinstance(third["kafka"], SourceFailed), third["kafka"]
+    kafka_replay = third["kafka"].batches[replayed["kafka"]]  # the batch ran again, on the new topic
+    assert {(r[3], r[4]) for r in kafka_replay} == {(p, o) for p in (0, 1) for o in range(100, 200)}
+    assert all(r[1].startswith(b"new-") for r in kafka_replay)
+    assert {(r[3], r[4]) for r in third["kafka"].rows()} == {(p, o) for p in (0, 1) for o in range(100, 250)}
+    if fail_on_data_loss == "true":
+        assert isinstance(third["backlog"], SourceFailed), "a replayed batch read the re-created topic as the old one"
+        assert f"topic(s) {topic_name} (topic id" in third["backlog"].message
+        assert "after this batch's offsets were planned" in third["backlog"].message
+    else:
+        assert not isinstance(third["backlog"], SourceFailed), third["backlog"]
+        batches = third["backlog"].batches
+        assert batches[replayed["backlog"]] == [] and len(batches) > replayed["backlog"] + 1  # replayed, then read
+        rows = third["backlog"].rows()
+        assert sorted((r[3], r[4]) for r in rows) == [(p, o) for p in (0, 1) for o in range(250)]
+        assert all(r[1].startswith(b"new-") for r in rows)
