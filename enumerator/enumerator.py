@@ -149,7 +149,8 @@ class Enumerator:
         self._subscription = Subscription(settings, client)
         self._listing_ahead = listing_ahead
         # The topics the last plan reads records from (described again after its offsets were
-        # answered: _note_reading), and the end of the batch whose listing ahead describes them.
+        # answered: _note_reading), the end of the batch it planned (None: it planned none),
+        # and the end of the batch whose listing ahead describes them.
         self._reading: frozenset[str] = frozenset()
         self._last_end: SourceOffset | None = None
         self._verifying: SourceOffset | None = None
@@ -227,7 +228,7 @@ class Enumerator:
         else:
             restart = False
         end = self._plan_next(start, budget, restart)
-        self._last_end = end
+        self._last_end = end if end is not start else None  # start itself: no batch (_offset)
         if end != start and end.plan is not None and end.plan.bytes:
             self._last_planned = (end, self._clock(), end.plan.bytes)
         quiet_ms = self._settings.backlog_min_poll_interval_ms
@@ -382,22 +383,22 @@ class Enumerator:
                       latest: Mapping[Bucket, int]) -> None:
         """The topics this batch may read records from (or moved backwards, or new to the
         query): the next listing describes them first, and :meth:`confirm_reads` checks them
-        before the batch's ranges are handed out. A plan that finds nothing to read keeps the
-        last ones: it runs no batch."""
-        reading = {b.topic for b in keys_changed(read_from, latest)} | (
-            topic_ids.keys() - start.topic_ids.keys())
-        if reading:
-            self._reading = frozenset(reading)
+        before the batch's ranges are handed out."""
+        self._reading = frozenset({b.topic for b in keys_changed(read_from, latest)} | (
+            topic_ids.keys() - start.topic_ids.keys()))
 
     def list_ahead(self) -> None:
         """Start listing the subscription for the next plan, in the background, while Spark
         writes and runs the batch just planned (:mod:`.listing_ahead`), after every
         ``latestOffset``; the topics that batch reads from are described first, for
-        :meth:`confirm_reads`. Nothing when there is no listing ahead for this query."""
+        :meth:`confirm_reads` (none after a plan that made no batch: no ``partitions()``
+        follows it, and an idle query plans several times a second). Nothing when there is no
+        listing ahead for this query."""
         if self._listing_ahead is None:
             return
-        started = self._listing_ahead.start(verify=self._reading)
-        self._verifying = self._last_end if started and self._reading else None
+        verify = self._reading if self._last_end is not None else frozenset()
+        started = self._listing_ahead.start(verify=verify)
+        self._verifying = self._last_end if started and verify else None
 
     def confirm_reads(self, end: SourceOffset, reads: BatchReads) -> BatchReads:
         """``reads`` (the batch ending at ``end``) without the ranges of a topic deleted and

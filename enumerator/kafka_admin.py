@@ -457,8 +457,8 @@ class KafkaAdmin:
         specs = dict.fromkeys(buckets, _LATEST)
         latest = self._list_offsets("fetching latest offsets", specs, sent=sent)
         for attempt in range(1, self._policy.num_retries + 1):
-            behind = sorted(f"{b} (read to {known[b]}, log end {latest[b]})" for b in keys_below(latest, known)) if (
-                known) else []
+            behind = [] if not known else sorted(
+                f"{b} (read to {known[b]}, log end {latest[b]})" for b in keys_below(latest, known))
             if not behind:
                 break
             log.warning("log end below the offset already read for %s; asking again (attempt %d of "

@@ -90,6 +90,35 @@ def test_a_plan_takes_the_listing_made_ahead_and_its_batch_describes_again_only_
     assert cluster.described == [{"t1"}, {"t1", "t2"}]
 
 
+def test_a_plan_that_makes_no_batch_lists_ahead_without_describing_the_last_batchs_topics_again():
+    """No ``partitions()`` follows a plan that found nothing, and an idle query plans several
+    times a second: its listing describes the subscription once, and the next batch's
+    ``partitions()`` still gets the description its own plan started."""
+    enumerator, cluster = planner()
+    start = enumerator.initial_offset()
+    enumerator.list_ahead()
+    cluster.append("t1", 0, 5)
+    end, _ = batch(enumerator, start)
+    cluster.described.clear()
+    assert plan(enumerator, end) is end  # nothing new: no batch
+    assert cluster.described == [{"t1", "t2"}]
+    cluster.append("t2", 0, 1)
+    cluster.calls.clear()
+    cluster.described.clear()
+    after, reads = batch(enumerator, end)
+    assert reads.end[T2] == 21 and cluster.described == [{"t2"}, {"t1", "t2"}]
+    assert cluster.calls.count("describe_topics") == 2  # none more by partitions()
+    # Records to read, but too few for minOffsetsPerTrigger: no batch either (the first
+    # trigger under it always runs: nothing to read then).
+    assert enumerator.latest_offset(after, ReadBudget(min_records=100)) is after
+    enumerator.list_ahead()
+    cluster.append("t1", 0, 1)
+    cluster.described.clear()
+    assert enumerator.latest_offset(after, ReadBudget(min_records=100)) is after
+    enumerator.list_ahead()
+    assert cluster.described == [{"t1", "t2"}]
+
+
 def test_a_topic_recreated_after_the_listing_ahead_is_not_read_from_the_old_topics_positions():
     """Deleted and re-created, refilled past the positions read, after the listing was taken
     ahead: the plan asks its offsets of the new topic under the old topic id, but its batch's
